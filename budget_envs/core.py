@@ -1,0 +1,449 @@
+"""The env contract every BudgetMix family implements: :class:`TextAgentEnv`.
+
+A family subclasses :class:`TextAgentEnv` and fills in a handful of hooks (``task_ids``,
+``_load``, ``_execute``, ``_goal``, ``_admissible``, the oracle). The base class owns everything
+that must behave the same in every family:
+
+* ``Text`` spaces over a printable charset (Gymnasium's default charset is alphanumeric only);
+* task selection from ``options["task_id"]`` (an index or a string id) or from the seed;
+* bad input as a turn: non-text, empty, over-long, control characters or anything the family's
+  parser rejects gets feedback, ``info["invalid_action"] = True`` and leaves the state untouched;
+* bounded observations that always stay inside the observation space;
+* the ``info`` keys of :data:`budget_envs.info.CORE_KEYS`;
+* ``snapshot()`` / ``restore()`` by deterministic prefix replay unless the family has a native one;
+* the fault hooks used by :class:`budget_envs.wrappers.ErrorInjection`.
+
+Envs never truncate: turn limits belong to :class:`budget_envs.wrappers.BudgetWrapper`.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import string
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Sequence
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import error, spaces
+
+__all__ = [
+    "PRINTABLE",
+    "InvalidAction",
+    "Snapshot",
+    "TextAgentEnv",
+    "text_space",
+]
+
+#: Characters allowed in observations and actions: printable ASCII plus tab, newline and CR.
+PRINTABLE: str = string.printable
+_OUTSIDE_CHARSET = re.compile(r"[^\x20-\x7e\t\n\r\x0b\x0c]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+#: Room left at the end of every observation for lines that wrappers append (the budget line).
+WRAPPER_RESERVE = 256
+
+
+def text_space(max_length: int) -> spaces.Text:
+    """A ``Text`` space over :data:`PRINTABLE` that also admits the empty string."""
+    return spaces.Text(max_length=max_length, min_length=0, charset=PRINTABLE)
+
+
+class InvalidAction(Exception):
+    """Raised by a family's ``_execute`` to reject an action; the message is the feedback.
+
+    The family must raise it *before* changing any state, so the turn leaves the state untouched.
+    """
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A point in an episode that :meth:`TextAgentEnv.restore` can return to.
+
+    ``payload`` is the family's native state when it has one; otherwise it is ``None`` and the
+    episode is rebuilt by replaying ``trace`` (every state-changing event since reset) from the
+    reset RNG state ``reset_rng``.
+    """
+
+    task_id: str
+    observation: str
+    trace: tuple = ()
+    reset_rng: dict | None = None
+    rng: dict | None = None
+    done: bool = False
+    turn: int = 0
+    payload: Any = field(default=None, compare=False)
+
+
+def _rng_from_state(state: dict) -> np.random.Generator:
+    bit_gen = getattr(np.random, state["bit_generator"])()
+    bit_gen.state = state
+    return np.random.Generator(bit_gen)
+
+
+class TextAgentEnv(gym.Env[str, str]):
+    """Base class of every BudgetMix environment (see the module docstring for the contract).
+
+    Subclasses implement:
+
+    * ``task_ids`` (property): every task id this env can play, in a fixed order;
+    * ``_load(task_id) -> str``: set up the task and return the first observation;
+    * ``_execute(action) -> (observation, reward)``: apply a validated action; raise
+      :class:`InvalidAction` (before any change) to reject it; set ``self.won`` / ``self.lost``;
+    * ``_goal() -> str`` and ``_admissible() -> list[str]``;
+    * ``oracle_actions()`` and ``cost_to_go()``; set the class attribute ``oracle_exact``.
+
+    Optional: ``_extra_info()``, ``fault_kinds()`` with ``_inject_fault()``, ``slip_action()``,
+    ``no_effect_feedback()``, and a native ``_snapshot_state()`` / ``_restore_state()``.
+
+    Example:
+        >>> from budget_envs.core import TextAgentEnv  # doctest: +SKIP
+        >>> env = MyFamilyEnv()
+        >>> obs, info = env.reset(seed=0)
+        >>> obs, reward, terminated, truncated, info = env.step(info["admissible_actions"][0])
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+
+    #: Whether ``oracle_actions()`` / ``cost_to_go()`` are exact (True) or a documented heuristic.
+    oracle_exact: ClassVar[bool] = True
+    #: Default bounds on action and observation length, in characters.
+    default_max_action_length: ClassVar[int] = 4096
+    default_max_observation_length: ClassVar[int] = 16384
+    #: Whether the family keeps a native snapshot (``_snapshot_state``); else prefix replay.
+    native_snapshot: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        *,
+        render_mode: str | None = None,
+        max_action_length: int | None = None,
+        max_observation_length: int | None = None,
+    ) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']} or None, "
+                f"got {render_mode!r}"
+            )
+        max_action_length = (
+            self.default_max_action_length if max_action_length is None else max_action_length
+        )
+        max_observation_length = (
+            self.default_max_observation_length
+            if max_observation_length is None
+            else max_observation_length
+        )
+        for name, value in (
+            ("max_action_length", max_action_length),
+            ("max_observation_length", max_observation_length),
+        ):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if max_observation_length <= WRAPPER_RESERVE + 64:
+            raise ValueError(
+                f"max_observation_length must exceed {WRAPPER_RESERVE + 64}, "
+                f"got {max_observation_length!r}"
+            )
+        self.render_mode = render_mode
+        self.max_action_length = int(max_action_length)
+        self.observation_space = text_space(int(max_observation_length))
+        self.action_space = text_space(int(max_action_length))
+        self._obs_limit = int(max_observation_length) - WRAPPER_RESERVE
+        self._task_id: str | None = None
+        self._last_obs = ""
+        self._trace: list[tuple] = []
+        self._reset_rng_state: dict | None = None
+        self._done = False
+        self.turn = 0
+        self.won = False
+        self.lost = False
+        self.fault_executed_action: str | None = None
+
+    # ------------------------------------------------------------------ hooks for families
+    @property
+    def task_ids(self) -> Sequence[str]:
+        """Every task id this env can play, in a fixed order (``options["task_id"]`` indexes it)."""
+        raise NotImplementedError
+
+    def _load(self, task_id: str) -> str:
+        raise NotImplementedError
+
+    def _execute(self, action: str) -> tuple[str, float]:
+        raise NotImplementedError
+
+    def _goal(self) -> str:
+        raise NotImplementedError
+
+    def _admissible(self) -> list[str]:
+        raise NotImplementedError
+
+    def _extra_info(self) -> dict[str, Any]:
+        """Family-specific ``info`` keys (each documented in :mod:`budget_envs.info`)."""
+        return {}
+
+    def _pick_task(self, rng: np.random.Generator) -> str:
+        """The task an unconfigured reset plays; by default uniform over ``task_ids``."""
+        ids = self.task_ids
+        return ids[int(rng.integers(len(ids)))]
+
+    # ------------------------------------------------------------------ oracle
+    def oracle_actions(self) -> list[str]:
+        """Every optimal next action from the current state; empty once the episode is over."""
+        raise NotImplementedError
+
+    def cost_to_go(self) -> int:
+        """The fewest turns from the current state to success (0 once won)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ faults
+    def fault_kinds(self) -> tuple[str, ...]:
+        """Names of this family's own fault kinds (the generic ones live in ErrorInjection)."""
+        return ()
+
+    def inject_fault(self, kind: str, rng: np.random.Generator, action: str | None = None) -> str:
+        """Apply the family fault ``kind`` on this turn and return the observation the agent sees.
+
+        ``action`` is the agent's action of this turn; the family decides whether it still runs
+        (``stale_read`` runs it and serves an old result; ``tool_error`` does not). Draws come from
+        ``rng`` only, so the fault replays exactly. The fault takes the turn (``info["turn"]``
+        advances); a family that still runs ``action`` sets ``self.fault_executed_action`` to it.
+        """
+        self._require_reset()
+        if kind not in self.fault_kinds():
+            raise ValueError(
+                f"unknown fault kind {kind!r} for {type(self).__name__}; "
+                f"expected one of {list(self.fault_kinds())}"
+            )
+        rng_state = copy.deepcopy(rng.bit_generator.state)
+        self.fault_executed_action = None
+        obs = self._inject_fault(kind, rng, action)
+        self._trace.append(("fault", kind, rng_state, action))
+        self.turn += 1
+        self._done = self.won or self.lost
+        self._last_obs = self._finish_obs(obs)
+        return self._last_obs
+
+    def _inject_fault(self, kind: str, rng: np.random.Generator, action: str | None) -> str:
+        raise NotImplementedError
+
+    def slip_action(self, action: str, rng: np.random.Generator) -> str | None:
+        """A different valid action executed instead of ``action`` (generic ``slip`` fault)."""
+        others = [a for a in self._admissible() if a != action]
+        if not others:
+            return None
+        return others[int(rng.integers(len(others)))]
+
+    def no_effect_feedback(self) -> str:
+        """What the env says when an action has no effect (generic ``drop`` fault)."""
+        return "Nothing happens."
+
+    def skip_turn(self, feedback: str | None = None) -> tuple[str, float, bool, bool, dict]:
+        """A turn in which nothing is executed (the ``drop`` fault): the state is unchanged."""
+        self._require_reset()
+        self.turn += 1
+        obs = self._finish_obs(self.no_effect_feedback() if feedback is None else feedback)
+        self._last_obs = obs
+        return obs, 0.0, self._done, False, self.current_info()
+
+    # ------------------------------------------------------------------ Gymnasium API
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Start a task: ``options["task_id"]`` (index or id) picks it, otherwise the seed does."""
+        super().reset(seed=seed)
+        task_id = self._resolve_task(options)
+        self._reset_rng_state = copy.deepcopy(self.np_random.bit_generator.state)
+        self._start(task_id)
+        return self._last_obs, self.current_info()
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Play one turn. Bad input is a turn with feedback, never an exception."""
+        self._require_reset()
+        problem = self.check_action(action)
+        if problem is None and self._done:
+            problem = "The episode is over; no further action has any effect. Call reset()."
+        if problem is None:
+            try:
+                obs, reward = self._execute(action)
+            except InvalidAction as exc:
+                problem = str(exc) or "That action is not valid here."
+            else:
+                self._trace.append(("step", action))
+                self.turn += 1
+                self._done = self.won or self.lost
+                self._last_obs = self._finish_obs(obs)
+                info = self.current_info()
+                return self._last_obs, float(reward), self._done, False, info
+        self.turn += 1
+        obs = self._finish_obs(problem)
+        info = self.current_info(invalid=True)
+        return obs, 0.0, self._done, False, info
+
+    def render(self) -> str | None:
+        """``ansi``: the last observation."""
+        if self.render_mode == "ansi":
+            return self._last_obs
+        return None
+
+    # ------------------------------------------------------------------ helpers
+    def check_action(self, action: Any) -> str | None:
+        """Feedback text if ``action`` is malformed text, else None (the family parses the rest)."""
+        if not isinstance(action, str):
+            return (
+                f"Invalid action: expected text, got {type(action).__name__}. "
+                "Send the action as a string."
+            )
+        if len(action) > self.max_action_length:
+            return (
+                f"Invalid action: {len(action)} characters is over the limit of "
+                f"{self.max_action_length}. Send a shorter action."
+            )
+        if not action.strip():
+            return "Invalid action: the action is empty. Send a command."
+        if _CONTROL.search(action):
+            return (
+                "Invalid action: it contains control characters (such as NUL). "
+                "Send plain text."
+            )
+        try:
+            action.encode("utf-8")
+        except UnicodeEncodeError:
+            return "Invalid action: it is not valid Unicode text (lone surrogates)."
+        return None
+
+    def current_info(self, invalid: bool = False) -> dict[str, Any]:
+        """The ``info`` dict for the current state (see :mod:`budget_envs.info`)."""
+        info = {
+            "task_id": self._task_id,
+            "goal": self._goal(),
+            "won": bool(self.won),
+            "lost": bool(self.lost),
+            "admissible_actions": [] if self._done else list(self._admissible()),
+            "invalid_action": invalid,
+            "turn": self.turn,
+        }
+        info.update(self._extra_info())
+        return info
+
+    @property
+    def task_id(self) -> str | None:
+        """The task being played, or None before the first reset."""
+        return self._task_id
+
+    @property
+    def done(self) -> bool:
+        """Whether the episode has ended (won or lost)."""
+        return self._done
+
+    @property
+    def trace(self) -> tuple:
+        """Every state-changing event since reset: ``("step", a)`` or ``("fault", kind, rng, a)``."""
+        return tuple(self._trace)
+
+    def _finish_obs(self, obs: str) -> str:
+        """Keep an observation inside the observation space: charset and length."""
+        if not obs.isascii() or _CONTROL.search(obs):
+            obs = _OUTSIDE_CHARSET.sub("?", obs)
+        if len(obs) > self._obs_limit:
+            note = f"\n[observation cut: {len(obs)} characters]"
+            obs = obs[: self._obs_limit - len(note)] + note
+        return obs
+
+    def _resolve_task(self, options: dict[str, Any] | None) -> str:
+        if options is not None and not isinstance(options, dict):
+            raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+        wanted = None if options is None else options.get("task_id")
+        ids = self.task_ids
+        if wanted is None:
+            return self._pick_task(self.np_random)
+        if isinstance(wanted, (int, np.integer)) and not isinstance(wanted, bool):
+            if not -len(ids) <= int(wanted) < len(ids):
+                raise ValueError(
+                    f"options['task_id'] index {int(wanted)} is out of range: "
+                    f"this env has {len(ids)} tasks"
+                )
+            return ids[int(wanted)]
+        if isinstance(wanted, str):
+            if wanted not in self._task_index():
+                raise ValueError(
+                    f"unknown task id {wanted!r}; expected an index below {len(ids)} or one of "
+                    f"env.unwrapped.task_ids (e.g. {list(ids[:3])!r})"
+                )
+            return wanted
+        raise TypeError(
+            f"options['task_id'] must be an int index or a str id, got {type(wanted).__name__}"
+        )
+
+    def _task_index(self) -> dict[str, int] | set[str]:
+        cache = getattr(self, "_task_index_cache", None)
+        if cache is None or len(cache) != len(self.task_ids):
+            cache = {t: i for i, t in enumerate(self.task_ids)}
+            self._task_index_cache = cache
+        return cache
+
+    def _start(self, task_id: str) -> None:
+        self._task_id = task_id
+        self._trace = []
+        self._done = False
+        self.turn = 0
+        self.won = False
+        self.lost = False
+        self._last_obs = self._finish_obs(self._load(task_id))
+
+    def _require_reset(self) -> None:
+        if self._task_id is None:
+            raise error.ResetNeeded("Call reset() before step() or the oracle and fault hooks.")
+
+    # ------------------------------------------------------------------ forking
+    def snapshot(self) -> Snapshot:
+        """Capture the current point of the episode (cheap; restore with :meth:`restore`)."""
+        self._require_reset()
+        payload = self._snapshot_state() if self.native_snapshot else None
+        return Snapshot(
+            task_id=self._task_id,
+            observation=self._last_obs,
+            trace=tuple(self._trace),
+            reset_rng=self._reset_rng_state,
+            rng=copy.deepcopy(self.np_random.bit_generator.state),
+            done=self._done,
+            turn=self.turn,
+            payload=payload,
+        )
+
+    def restore(self, snap: Snapshot) -> str:
+        """Return to ``snap`` and give back the observation seen there.
+
+        Without a native snapshot the task is reloaded from the reset RNG state and every event
+        of the trace is replayed; the envs are deterministic, so this equals the original.
+        """
+        if not isinstance(snap, Snapshot):
+            raise TypeError(f"restore() expects a Snapshot, got {type(snap).__name__}")
+        if snap.payload is not None:
+            self._task_id = snap.task_id
+            self._restore_state(snap.payload)
+        else:
+            if snap.reset_rng is not None:
+                self.np_random.bit_generator.state = copy.deepcopy(snap.reset_rng)
+            self._reset_rng_state = snap.reset_rng
+            self._start(snap.task_id)
+            for event in snap.trace:
+                if event[0] == "step":
+                    self._execute(event[1])
+                else:
+                    _, kind, rng_state, action = event
+                    self._inject_fault(kind, _rng_from_state(rng_state), action)
+                self._done = self.won or self.lost
+        self._trace = list(snap.trace)
+        self._done = snap.done
+        self.turn = snap.turn
+        self._last_obs = snap.observation
+        if snap.rng is not None:
+            self.np_random.bit_generator.state = copy.deepcopy(snap.rng)
+        return snap.observation
+
+    def _snapshot_state(self) -> Any:
+        raise NotImplementedError
+
+    def _restore_state(self, payload: Any) -> None:
+        raise NotImplementedError

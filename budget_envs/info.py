@@ -1,0 +1,41 @@
+"""Every ``info`` key the suite emits, documented once.
+
+Envs, wrappers and the evaluation harness all name their keys from this table; a test checks that
+every key seen on any registered env is listed here, so a new key cannot slip in undocumented.
+"""
+
+from __future__ import annotations
+
+#: Keys every family puts in ``info`` on every ``reset`` and ``step``.
+CORE_KEYS: dict[str, str] = {
+    "task_id": "str: the id of the task being played (one of ``env.unwrapped.task_ids``).",
+    "goal": "str: the task's goal in words, as the agent is told it.",
+    "won": "bool: the task is solved. Implies ``terminated``.",
+    "lost": "bool: the task can no longer be solved (e.g. an irreversible wrong action). "
+    "Implies ``terminated``.",
+    "admissible_actions": "list[str]: actions that are valid now (for tool use: the tool names).",
+    "invalid_action": "bool: the last action was rejected (empty, too long, control characters, "
+    "unparseable, unknown command); the state is unchanged and the turn still counts.",
+}
+
+#: Keys a family may add. Named the same in every family that has them.
+FAMILY_KEYS: dict[str, str] = {
+    "score": "float in [0, 1]: a partial score for families that document one (1.0 on success).",
+    "tools": "list[dict]: the OpenAI tools schema (tool use).",
+    "purchase": "dict: the purchase record in WebShop's field names (web shop, at buy).",
+    "turn": "int: actions executed by the bare env since reset (invalid ones included).",
+}
+
+#: Keys added by the wrappers in :mod:`budget_envs.wrappers`.
+WRAPPER_KEYS: dict[str, str] = {
+    "budget": 'dict {"limit", "used", "remaining"}: the turn budget of this episode (BudgetWrapper, '
+    "every reset and step).",
+    "episode_summary": 'dict {"limit", "used", "won", "first_success_turn"}: on the step that ends '
+    "the episode (terminated or truncated) (BudgetWrapper).",
+    "fault": 'dict {"kind", "turn", "action", "executed", "cost_before", "cost_after"}: on a turn '
+    "where a fault was injected (ErrorInjection).",
+    "faults": "tuple[dict]: every fault of this episode so far (ErrorInjection, every reset and step).",
+    "process_reward": "float: the potential-based progress signal of this turn (ProcessReward).",
+}
+
+ALL_KEYS: dict[str, str] = {**CORE_KEYS, **FAMILY_KEYS, **WRAPPER_KEYS}

@@ -1,0 +1,150 @@
+"""The BudgetMix registry (installed as ``budget_envs.registry``).
+
+:data:`ENV_TABLE` is the one table of ids; :func:`register_envs` registers every row with
+Gymnasium (``import budget_envs`` calls it). Each id's entry point is a factory in this module
+(``budget_envs.registry:make_<Name>_v<N>``) that builds the bare env and wraps it::
+
+    ErrorInjection (only with faults=...)  inside  BudgetWrapper (unless budget=None)
+
+so ``gymnasium.make(id, budget=..., visibility=..., faults=...)`` configures the wrappers and
+``gymnasium.make(env.spec)`` rebuilds the same stack.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+import gymnasium as gym
+
+from budget_envs.registry.table import ENV_TABLE, EnvEntry
+
+__all__ = ["ENV_TABLE", "EnvEntry", "make_env", "register_env", "register_envs", "registered_ids"]
+
+_DEFAULT = object()
+_FAULT_KEYS = ("kinds", "at_turn", "rate", "max_faults", "seed")
+_ROWS: dict[str, EnvEntry] = {}
+
+
+def _factory_name(env_id: str) -> str:
+    name = env_id.split("/")[-1]
+    return "make_" + "".join(c if c.isalnum() else "_" for c in name)
+
+
+def _load_class(entry: EnvEntry) -> Callable[..., gym.Env]:
+    if callable(entry.entry_point):
+        return entry.entry_point
+    module_name, _, attr = entry.entry_point.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        if entry.requires:
+            raise gym.error.DependencyNotInstalled(
+                f"{entry.id} needs the '{entry.requires}' extra: "
+                f'pip install "budget-envs[{entry.requires}]" ({exc})'
+            ) from exc
+        raise
+    return getattr(module, attr)
+
+
+def _fault_kwargs(faults: Any) -> dict[str, Any] | None:
+    if faults is None or faults is False:
+        return None
+    if isinstance(faults, str):
+        return {"kinds": faults}
+    if isinstance(faults, (list, tuple)):
+        return {"kinds": list(faults)}
+    if isinstance(faults, dict):
+        unknown = set(faults) - set(_FAULT_KEYS)
+        if unknown:
+            raise TypeError(
+                f"faults= got unknown keys {sorted(unknown)}; expected a dict with keys from "
+                f"{list(_FAULT_KEYS)} (ErrorInjection's arguments), a kind name or a list of kinds"
+            )
+        return dict(faults)
+    raise TypeError(
+        "faults= expects None, a kind name, a list of kinds or a dict of ErrorInjection "
+        f"arguments {list(_FAULT_KEYS)}; got {faults!r}"
+    )
+
+
+def make_env(
+    entry: EnvEntry,
+    *,
+    budget: Any = _DEFAULT,
+    visibility: str = "hidden",
+    faults: Any = None,
+    **env_kwargs: Any,
+) -> gym.Env:
+    """Build ``entry``'s env with its wrapper stack (what ``gymnasium.make`` calls)."""
+    from budget_envs.wrappers import BudgetWrapper, ErrorInjection
+
+    fault_kwargs = _fault_kwargs(faults)
+    if budget is None and visibility != "hidden":
+        raise ValueError(
+            f"visibility={visibility!r} needs a budget to show; budget=None gives the bare env"
+        )
+    env = _load_class(entry)(**{**entry.kwargs, **env_kwargs})
+    if fault_kwargs is not None:
+        env = ErrorInjection(env, **fault_kwargs)
+    if budget is not None:
+        env = BudgetWrapper(
+            env, budget=entry.default_budget if budget is _DEFAULT else budget, visibility=visibility
+        )
+    return env
+
+
+def __getattr__(name: str) -> Any:
+    # Entry points are "budget_envs.registry:make_<Name>": built on demand from the table, so a
+    # row is all an id needs, and a fresh process resolves them without any prior registration.
+    if name.startswith("make_"):
+        for entry in list(_ROWS.values()) + list(ENV_TABLE):
+            if _factory_name(entry.id) == name:
+
+                def factory(**kwargs: Any) -> gym.Env:
+                    return make_env(entry, **kwargs)
+
+                factory.__name__ = factory.__qualname__ = name
+                factory.__doc__ = f"Build {entry.id}: {entry.description}"
+                return factory
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def register_env(entry: EnvEntry) -> None:
+    """Register one row with Gymnasium (idempotent)."""
+    if not isinstance(entry, EnvEntry):
+        raise TypeError(f"register_env expects an EnvEntry, got {type(entry).__name__}")
+    _ROWS[entry.id] = entry
+    if entry.id in gym.registry:
+        return
+    gym.register(
+        id=entry.id,
+        entry_point=f"{__name__}:{_factory_name(entry.id)}",
+        disable_env_checker=False,
+        order_enforce=True,
+    )
+
+
+def register_envs() -> list[str]:
+    """Register every id of :data:`ENV_TABLE`; returns the ids."""
+    for entry in ENV_TABLE:
+        register_env(entry)
+    return [entry.id for entry in ENV_TABLE]
+
+
+def registered_ids(include_extra: bool = True) -> list[str]:
+    """Product ids in table order, plus rows added with :func:`register_env` (e.g. by tests)."""
+    ids = [entry.id for entry in ENV_TABLE]
+    if include_extra:
+        ids += [i for i in _ROWS if i not in ids]
+    return ids
+
+
+def entry_for(env_id: str) -> EnvEntry:
+    """The table row of ``env_id`` (with a helpful error for unknown ids)."""
+    for entry in list(ENV_TABLE) + list(_ROWS.values()):
+        if entry.id == env_id:
+            return entry
+    raise gym.error.NameNotFound(
+        f"unknown BudgetMix id {env_id!r}; registered ids: {registered_ids()}"
+    )

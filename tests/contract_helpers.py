@@ -1,0 +1,55 @@
+"""Helpers shared by the contract tests and the subprocesses they start."""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+
+TOY_ID = "BudgetMixTest/Toy-v0"
+
+
+def register_toy() -> None:
+    """Register the toy env (tests only) under TOY_ID."""
+    from budget_envs.registry import EnvEntry, register_env
+    from toy_env import ToyEnv
+
+    register_env(
+        EnvEntry(id=TOY_ID, entry_point=ToyEnv, default_budget=12, description="Toy corridor (tests only)")
+    )
+
+
+def make(env_id, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return gym.make(env_id, **kwargs)
+
+
+def policy_action(env, info, rng):
+    """A seeded mix of oracle moves and random admissible actions (a stable, varied transcript)."""
+    unwrapped = env.unwrapped
+    if rng.random() < 0.7:
+        best = unwrapped.oracle_actions()
+        if best:
+            return best[0]
+    if hasattr(unwrapped, "sample_action"):
+        return unwrapped.sample_action(rng)
+    options = info["admissible_actions"] or ["look"]
+    return options[int(rng.integers(len(options)))]
+
+
+def transcript(env, seed, turns=8, options=None):
+    """Observations, actions and signals of a seeded episode (``env`` may be an id)."""
+    if isinstance(env, str):
+        env = make(env)
+    rng = np.random.default_rng(seed)
+    obs, info = env.reset(seed=seed, options=options)
+    lines = [obs, info["task_id"]]
+    for _ in range(turns):
+        action = policy_action(env, info, rng)
+        obs, reward, terminated, truncated, info = env.step(action)
+        lines += [action, obs, repr(float(reward)), repr(bool(terminated)), repr(bool(truncated))]
+        if terminated or truncated:
+            break
+    return lines

@@ -1,0 +1,35 @@
+"""Wrappers for any BudgetMix env (installed as ``budget_envs.wrappers``).
+
+* :class:`BudgetWrapper` - the turn budget, drawn per episode, shown or hidden.
+* :class:`ErrorInjection` - seeded faults (slip, drop, garble and each family's own).
+* Budget specs: :class:`Fixed`, :class:`Uniform`, :class:`Choice`, :class:`LogUniform`,
+  :class:`Schedule` and :func:`parse_budget`.
+"""
+
+from __future__ import annotations
+
+from budget_envs.wrappers.budget import VISIBILITIES, BudgetWrapper
+from budget_envs.wrappers.budget_spec import (
+    BudgetSpec,
+    Choice,
+    Fixed,
+    LogUniform,
+    Schedule,
+    Uniform,
+    parse_budget,
+)
+from budget_envs.wrappers.faults import GENERIC_KINDS, ErrorInjection
+
+__all__ = [
+    "BudgetSpec",
+    "BudgetWrapper",
+    "Choice",
+    "ErrorInjection",
+    "Fixed",
+    "GENERIC_KINDS",
+    "LogUniform",
+    "Schedule",
+    "Uniform",
+    "VISIBILITIES",
+    "parse_budget",
+]

@@ -1,0 +1,195 @@
+"""BudgetWrapper: a turn limit drawn per episode, with the remaining budget shown or hidden."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from budget_envs.core import PRINTABLE
+from budget_envs.wrappers.budget_spec import BudgetSpec, parse_budget
+
+__all__ = ["BudgetWrapper", "VISIBILITIES"]
+
+#: Visibility modes; any other string containing ``{remaining}`` is a custom template.
+VISIBILITIES = ("hidden", "remaining", "final_warning")
+DEFAULT_TEMPLATE = "Turns left: {remaining} of {limit}"
+_SEED_TAG = 0xB1D6E7  # keeps the budget stream apart from the env's own draws
+
+
+class BudgetWrapper(
+    gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArgs
+):
+    """Truncate the episode after T turns, with T drawn at every reset from a budget spec.
+
+    A turn is one ``step`` call, invalid actions included. After the T-th turn, unless the episode
+    terminated, ``truncated`` is set; ``terminated`` is never touched, exactly like Gymnasium's
+    ``TimeLimit``, so value bootstrapping stays correct. Unlike ``TimeLimit``, T is drawn per
+    episode (the "BudgetMix" training regime), from the wrapper's own generator, seeded by
+    ``reset(seed=...)`` or ``seed=``, so the draw never disturbs the env's task sampling.
+
+    Visibility is a controlled variable: ``"hidden"`` shows nothing, ``"remaining"`` appends a line
+    such as ``Turns left: 9 of 10`` to every observation, ``"final_warning"`` appends it only while
+    at most ``warn_within`` turns are left, and any string with ``{remaining}`` (fields
+    ``remaining``, ``limit``, ``used``) is shown on every observation as a custom template.
+
+    ``info["budget"]`` holds ``{"limit", "used", "remaining"}`` on every reset and step; the step
+    that ends the episode adds ``info["episode_summary"]`` with the limit, turns used, whether the
+    task was won and the first success turn.
+
+    Example:
+        >>> import gymnasium as gym, budget_envs  # doctest: +SKIP
+        >>> env = BudgetWrapper(gym.make("BudgetMix/ToolUse-v0", budget=None), budget=(5, 20),
+        ...                     visibility="remaining")
+        >>> obs, info = env.reset(seed=0)
+        >>> info["budget"]["limit"] in range(5, 21)
+        True
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        budget: Any = 30,
+        visibility: str = "hidden",
+        *,
+        template: str = DEFAULT_TEMPLATE,
+        warn_within: int = 3,
+        seed: int | None = None,
+    ) -> None:
+        """Wrap ``env``.
+
+        Args:
+            env: any ``gymnasium.Env`` with text observations.
+            budget: a budget spec (see :func:`budget_envs.wrappers.budget_spec.parse_budget`).
+            visibility: ``"hidden"``, ``"remaining"``, ``"final_warning"`` or a custom template.
+            template: the line shown by ``"remaining"`` and ``"final_warning"``.
+            warn_within: ``"final_warning"`` shows the line while at most this many turns are left.
+            seed: seeds the budget draws until the first ``reset(seed=...)``.
+        """
+        spec = parse_budget(budget)
+        if not isinstance(visibility, str):
+            raise TypeError(f"visibility must be a string, got {visibility!r}")
+        if visibility not in VISIBILITIES:
+            if "{remaining" not in visibility:
+                raise ValueError(
+                    f"visibility must be one of {VISIBILITIES} or a template containing "
+                    f"'{{remaining}}', got {visibility!r}"
+                )
+            template = visibility
+        if not isinstance(template, str):
+            raise TypeError(f"template must be a string, got {template!r}")
+        try:
+            template.format(remaining=1, limit=2, used=1)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                f"budget template {template!r} is not valid: {exc!r}; "
+                "use the fields {remaining}, {limit} and {used}"
+            ) from None
+        if len(template) > 200 or any(c not in PRINTABLE for c in template):
+            raise ValueError(
+                f"budget template must be at most 200 printable ASCII characters, got {template!r}"
+            )
+        if isinstance(warn_within, bool) or not isinstance(warn_within, (int, np.integer)):
+            raise TypeError(f"warn_within must be an int, got {warn_within!r}")
+        if warn_within < 1:
+            raise ValueError(f"warn_within must be at least 1, got {warn_within!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise TypeError(f"seed must be an int or None, got {seed!r}")
+        gym.utils.RecordConstructorArgs.__init__(
+            self,
+            budget=budget,
+            visibility=visibility,
+            template=template,
+            warn_within=warn_within,
+            seed=seed,
+        )
+        gym.Wrapper.__init__(self, env)
+        self.budget_spec: BudgetSpec = spec
+        self.visibility = visibility
+        self.template = template
+        self.warn_within = int(warn_within)
+        # "always", "warn" or None: decided once, so the hidden step path does no string work.
+        if visibility == "hidden":
+            self._show = None
+        elif visibility == "final_warning":
+            self._show = "warn"
+        else:
+            self._show = "always"
+        self.budget_rng = np.random.default_rng(None if seed is None else [int(seed), _SEED_TAG])
+        self.episodes = 0
+        self._limit = 0
+        self._used = 0
+        self._first_success: int | None = None
+        self._over = False
+
+    @property
+    def limit(self) -> int:
+        """T of the current episode."""
+        return self._limit
+
+    @property
+    def used(self) -> int:
+        """Turns taken in the current episode."""
+        return self._used
+
+    @property
+    def remaining(self) -> int:
+        """Turns left in the current episode."""
+        return max(self._limit - self._used, 0)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Draw T (or take ``options["budget"]``) and reset the env."""
+        if seed is not None:
+            self.budget_rng = np.random.default_rng([int(seed), _SEED_TAG])
+        override = None
+        if options is not None and "budget" in options:
+            options = dict(options)
+            override = options.pop("budget")
+            if isinstance(override, bool) or not isinstance(override, (int, np.integer)):
+                raise TypeError(f"options['budget'] must be an int number of turns, got {override!r}")
+            if override < 1:
+                raise ValueError(f"options['budget'] must be at least 1, got {override!r}")
+        obs, info = self.env.reset(seed=seed, options=options)
+        # The draw happens even when overridden, so one override does not shift later episodes.
+        drawn = self.budget_spec.sample(self.budget_rng, self.episodes)
+        self._limit = int(override) if override is not None else drawn
+        self.episodes += 1
+        self._used = 0
+        self._first_success = None
+        self._over = False
+        info["budget"] = {"limit": self._limit, "used": 0, "remaining": self._limit}
+        if self._show is not None:
+            obs = self._annotate(obs)
+        return obs, info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Step the env and truncate after the T-th turn (never touches ``terminated``)."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        used = self._used = self._used + 1
+        limit = self._limit
+        if self._first_success is None and info.get("won"):
+            self._first_success = used
+        if used >= limit and not terminated:
+            truncated = True
+        info["budget"] = {"limit": limit, "used": used, "remaining": max(limit - used, 0)}
+        if (terminated or truncated) and not self._over:
+            self._over = True
+            info["episode_summary"] = {
+                "limit": limit,
+                "used": used,
+                "won": self._first_success is not None,
+                "first_success_turn": self._first_success,
+            }
+        if self._show is not None:
+            obs = self._annotate(obs)
+        return obs, reward, terminated, truncated, info
+
+    def _annotate(self, obs: str) -> str:
+        remaining = max(self._limit - self._used, 0)
+        if self._show == "warn" and remaining > self.warn_within:
+            return obs
+        line = self.template.format(remaining=remaining, limit=self._limit, used=self._used)
+        return f"{obs}\n\n{line}" if obs else line

@@ -1,0 +1,266 @@
+"""ErrorInjection: seeded faults on chosen turns, to measure recovery rather than single steps."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Mapping
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = ["ErrorInjection", "GENERIC_KINDS"]
+
+#: Fault kinds every env gets. Families add their own through ``fault_kinds()``.
+GENERIC_KINDS = ("slip", "drop", "garble")
+_SEED_TAG = 0xFA017
+_BLOCK = 64
+_WORD = re.compile(r"[A-Za-z]+")
+_LETTERS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArgs):
+    """Inject seeded faults into an episode and record the damage each one did.
+
+    Generic kinds:
+
+    * ``slip``: a different valid action is executed instead of the agent's;
+    * ``drop``: the agent's action is not executed; the env's no-effect feedback is shown;
+    * ``garble``: the agent's action runs but its observation is corrupted (state unchanged).
+
+    Plus the family's own kinds (``env.unwrapped.fault_kinds()``, e.g. ``perturb``, ``http_error``,
+    ``tool_error``), applied through ``env.unwrapped.inject_fault``.
+
+    When: ``at_turn`` (one turn or several, 1-based) fires for sure; ``rate`` fires on any turn
+    with that probability; ``max_faults`` caps the faults per episode. The kind is drawn with the
+    weights of ``kinds``. Every draw comes from the wrapper's generator, seeded from ``seed`` and
+    from ``reset(seed=...)``, so the same seeds give the same faults.
+
+    A faulty turn is still a turn (the budget counts it). ``info["fault"]`` on that turn holds the
+    kind, the turn, the agent's action, the action executed (None when nothing ran) and the oracle
+    cost-to-go before and after (None when the env has no oracle): the damage in turns.
+    ``info["faults"]`` lists the episode's faults so far, on every reset and step.
+
+    Place it inside the :class:`BudgetWrapper` (``gymnasium.make(id, faults=...)`` does).
+
+    Example:
+        >>> env = ErrorInjection(bare_env, kinds={"slip": 2, "drop": 1}, at_turn=3, seed=0)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        kinds: str | Iterable[str] | Mapping[str, float] = GENERIC_KINDS,
+        at_turn: int | Iterable[int] | None = None,
+        rate: float = 0.0,
+        max_faults: int | None = None,
+        seed: int | None = None,
+    ) -> None:
+        """Wrap ``env``; see the class docstring for the meaning of each argument."""
+        unwrapped = env.unwrapped
+        family_kinds = tuple(unwrapped.fault_kinds()) if hasattr(unwrapped, "fault_kinds") else ()
+        available = GENERIC_KINDS + family_kinds
+        if isinstance(kinds, str):
+            names, weights = [kinds], [1.0]
+        elif isinstance(kinds, Mapping):
+            names, weights = list(kinds.keys()), [kinds[k] for k in kinds]
+        else:
+            try:
+                names = list(kinds)
+            except TypeError:
+                raise TypeError(
+                    f"kinds must be a kind name, a list of names or a {{name: weight}} mapping, "
+                    f"got {kinds!r}"
+                ) from None
+            weights = [1.0] * len(names)
+        if not names:
+            raise ValueError(f"kinds must name at least one fault kind out of {list(available)}")
+        for name in names:
+            if name not in available:
+                raise ValueError(
+                    f"unknown fault kind {name!r} for {type(unwrapped).__name__}; "
+                    f"expected one of {list(available)}"
+                )
+        if len(set(names)) != len(names):
+            raise ValueError(f"fault kinds must be distinct, got {names!r}")
+        try:
+            weights_arr = np.asarray(weights, dtype=float)
+        except (TypeError, ValueError):
+            raise TypeError(f"fault kind weights must be numbers, got {kinds!r}") from None
+        if not np.all(np.isfinite(weights_arr)) or np.any(weights_arr < 0) or weights_arr.sum() <= 0:
+            raise ValueError(f"fault kind weights must be >= 0 and not all zero, got {kinds!r}")
+        if at_turn is None:
+            turns: frozenset[int] = frozenset()
+        elif _is_int(at_turn):
+            turns = frozenset([int(at_turn)])
+        else:
+            try:
+                turns = frozenset(int(t) if _is_int(t) else t for t in at_turn)
+            except TypeError:
+                raise TypeError(f"at_turn must be an int, a list of ints or None, got {at_turn!r}") from None
+        for t in turns:
+            if not _is_int(t) or t < 1:
+                raise ValueError(f"at_turn values must be ints >= 1 (1-based turns), got {at_turn!r}")
+        if isinstance(rate, bool) or not isinstance(rate, (int, float, np.floating, np.integer)):
+            raise TypeError(f"rate must be a probability, got {rate!r}")
+        if not 0.0 <= float(rate) <= 1.0:
+            raise ValueError(f"rate must be in [0, 1], got {rate!r}")
+        if max_faults is not None and (not _is_int(max_faults) or max_faults < 0):
+            raise ValueError(f"max_faults must be an int >= 0 or None, got {max_faults!r}")
+        if seed is not None and not _is_int(seed):
+            raise TypeError(f"seed must be an int or None, got {seed!r}")
+        gym.utils.RecordConstructorArgs.__init__(
+            self, kinds=kinds, at_turn=at_turn, rate=rate, max_faults=max_faults, seed=seed
+        )
+        gym.Wrapper.__init__(self, env)
+        self.kinds = tuple(names)
+        self.kind_probs = weights_arr / weights_arr.sum()
+        self.at_turns = turns
+        self.rate = float(rate)
+        self.max_faults = None if max_faults is None else int(max_faults)
+        self.seed = None if seed is None else int(seed)
+        self._reseed(None)
+        self._turn = 0
+        self._faults: tuple[dict[str, Any], ...] = ()
+        self._last_info: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ seeding
+    def _reseed(self, reset_seed: int | None) -> None:
+        entropy = []
+        if self.seed is not None:
+            entropy.append(self.seed)
+        if reset_seed is not None:
+            entropy.append(int(reset_seed))
+        if not entropy and hasattr(self, "fault_rng"):
+            return
+        seq = np.random.SeedSequence(entropy + [_SEED_TAG] if entropy else None)
+        schedule_seq, fault_seq = seq.spawn(2)
+        # Two streams: the per-turn coin flips never shift the draws a fault makes, and back.
+        self.schedule_rng = np.random.default_rng(schedule_seq)
+        self.fault_rng = np.random.default_rng(fault_seq)
+        self._coins = self.schedule_rng.random(_BLOCK)
+        self._coin_index = 0
+
+    def _coin(self) -> float:
+        if self._coin_index == _BLOCK:
+            self._coins = self.schedule_rng.random(_BLOCK)
+            self._coin_index = 0
+        value = self._coins[self._coin_index]
+        self._coin_index += 1
+        return value
+
+    # ------------------------------------------------------------------ API
+    @property
+    def faults(self) -> tuple[dict[str, Any], ...]:
+        """Faults injected in the current episode."""
+        return self._faults
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Reset the env; ``seed`` also reseeds the fault streams (combined with ``seed=``)."""
+        if seed is not None:
+            self._reseed(seed)
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._turn = 0
+        self._faults = ()
+        info["faults"] = ()
+        self._last_info = info
+        return obs, info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Step the env, injecting a fault when one is due."""
+        turn = self._turn = self._turn + 1
+        due = turn in self.at_turns
+        if self.rate and self._coin() < self.rate:
+            due = True
+        if due and (self.max_faults is None or len(self._faults) < self.max_faults):
+            if not getattr(self.env.unwrapped, "done", False):
+                return self._faulty_step(action, turn)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        info["faults"] = self._faults
+        self._last_info = info
+        return obs, reward, terminated, truncated, info
+
+    # ------------------------------------------------------------------ faults
+    def _cost(self) -> int | None:
+        oracle = getattr(self.env.unwrapped, "cost_to_go", None)
+        if oracle is None:
+            return None
+        try:
+            return int(oracle())
+        except NotImplementedError:
+            return None
+
+    def _skip(self) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        unwrapped = self.env.unwrapped
+        if hasattr(unwrapped, "skip_turn"):
+            return unwrapped.skip_turn()
+        info = {k: v for k, v in self._last_info.items() if k not in ("fault", "faults")}
+        return "Nothing happens.", 0.0, False, False, info
+
+    def _faulty_step(self, action: str, turn: int) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        rng = self.fault_rng
+        kind = self.kinds[int(rng.choice(len(self.kinds), p=self.kind_probs))]
+        unwrapped = self.env.unwrapped
+        cost_before = self._cost()
+        executed: str | None = None
+        if kind == "slip":
+            other = unwrapped.slip_action(action, rng) if hasattr(unwrapped, "slip_action") else None
+            if other is None:
+                obs, reward, terminated, truncated, info = self._skip()
+            else:
+                executed = other
+                obs, reward, terminated, truncated, info = self.env.step(other)
+        elif kind == "drop":
+            obs, reward, terminated, truncated, info = self._skip()
+        elif kind == "garble":
+            executed = action
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            obs = self._garble(obs, rng)
+        else:
+            won_before = bool(unwrapped.won)
+            obs = unwrapped.inject_fault(kind, rng, action)
+            executed = unwrapped.fault_executed_action
+            info = unwrapped.current_info()
+            reward = 1.0 if (unwrapped.won and not won_before) else 0.0
+            terminated, truncated = bool(unwrapped.done), False
+        record = {
+            "kind": kind,
+            "turn": turn,
+            "action": action if isinstance(action, str) else repr(action),
+            "executed": executed,
+            "cost_before": cost_before,
+            "cost_after": self._cost(),
+        }
+        self._faults = self._faults + (record,)
+        info["fault"] = record
+        info["faults"] = self._faults
+        self._last_info = info
+        return obs, reward, terminated, truncated, info
+
+    @staticmethod
+    def _garble(obs: str, rng: np.random.Generator) -> str:
+        """Scramble about a third of the words; layout and length stay the same."""
+        words = list(_WORD.finditer(obs))
+        if not words:
+            return obs
+        hit = rng.random(len(words)) < 0.35
+        if not hit.any():
+            hit[int(rng.integers(len(words)))] = True
+        chars = bytearray(obs, "ascii", errors="replace") if obs.isascii() else None
+        if chars is None:
+            pieces = list(obs)
+            for match, h in zip(words, hit):
+                if h:
+                    letters = _LETTERS[rng.integers(26, size=match.end() - match.start())]
+                    pieces[match.start() : match.end()] = list(letters.tobytes().decode())
+            return "".join(pieces)
+        for match, h in zip(words, hit):
+            if h:
+                letters = _LETTERS[rng.integers(26, size=match.end() - match.start())]
+                chars[match.start() : match.end()] = letters.tobytes()
+        return chars.decode("ascii")
