@@ -36,7 +36,8 @@ class BudgetWrapper(
 
     ``info["budget"]`` holds ``{"limit", "used", "remaining"}`` on every reset and step; the step
     that ends the episode adds ``info["episode_summary"]`` with the limit, turns used, whether the
-    task was won and the first success turn.
+    task was won and the first success turn (the turn on which the env terminated with
+    ``info["won"]``; the contract says a win always terminates).
 
     Example:
         >>> import gymnasium as gym, budget_envs  # doctest: +SKIP
@@ -170,12 +171,18 @@ class BudgetWrapper(
         obs, reward, terminated, truncated, info = self.env.step(action)
         used = self._used = self._used + 1
         limit = self._limit
-        if self._first_success is None and info.get("won"):
+        if used < limit and not (terminated or truncated):
+            # The common turn: kept lean, since it runs on every step of every rollout.
+            info["budget"] = {"limit": limit, "used": used, "remaining": limit - used}
+            if self._show is None:
+                return obs, reward, terminated, truncated, info
+            return self._annotate(obs), reward, terminated, truncated, info
+        if self._first_success is None and terminated and info.get("won"):
             self._first_success = used
         if used >= limit and not terminated:
             truncated = True
         info["budget"] = {"limit": limit, "used": used, "remaining": max(limit - used, 0)}
-        if (terminated or truncated) and not self._over:
+        if not self._over:
             self._over = True
             info["episode_summary"] = {
                 "limit": limit,

@@ -141,16 +141,14 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
         # Two streams: the per-turn coin flips never shift the draws a fault makes, and back.
         self.schedule_rng = np.random.default_rng(schedule_seq)
         self.fault_rng = np.random.default_rng(fault_seq)
-        self._coins = self.schedule_rng.random(_BLOCK)
+        self._coins: list[float] = []
         self._coin_index = 0
 
-    def _coin(self) -> float:
-        if self._coin_index == _BLOCK:
-            self._coins = self.schedule_rng.random(_BLOCK)
-            self._coin_index = 0
-        value = self._coins[self._coin_index]
-        self._coin_index += 1
-        return value
+    def _refill(self) -> float:
+        # Coins come in blocks (a list: indexing it is far cheaper than a numpy scalar).
+        self._coins = self.schedule_rng.random(_BLOCK).tolist()
+        self._coin_index = 1
+        return self._coins[0]
 
     # ------------------------------------------------------------------ API
     @property
@@ -175,8 +173,15 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
         """Step the env, injecting a fault when one is due."""
         turn = self._turn = self._turn + 1
         due = turn in self.at_turns
-        if self.rate and self._coin() < self.rate:
-            due = True
+        if self.rate:
+            i = self._coin_index
+            if i < _BLOCK and self._coins:
+                coin = self._coins[i]
+                self._coin_index = i + 1
+            else:
+                coin = self._refill()
+            if coin < self.rate:
+                due = True
         if due and (self.max_faults is None or len(self._faults) < self.max_faults):
             if not getattr(self.env.unwrapped, "done", False):
                 return self._faulty_step(action, turn)
