@@ -186,7 +186,8 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
             if not getattr(self.env.unwrapped, "done", False):
                 return self._faulty_step(action, turn)
         obs, reward, terminated, truncated, info = self.env.step(action)
-        info["faults"] = self._faults
+        # Fresh copies once there are faults: infos of different steps must not share objects.
+        info["faults"] = tuple([dict(f) for f in self._faults]) if self._faults else ()
         self._last_info = info
         return obs, reward, terminated, truncated, info
 
@@ -242,8 +243,8 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
             "cost_after": self._cost(),
         }
         self._faults = self._faults + (record,)
-        info["fault"] = record
-        info["faults"] = self._faults
+        info["fault"] = dict(record)
+        info["faults"] = tuple([dict(f) for f in self._faults])
         self._last_info = info
         return obs, reward, terminated, truncated, info
 
