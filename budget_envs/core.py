@@ -41,6 +41,9 @@ PRINTABLE: str = string.printable
 _OUTSIDE_CHARSET = re.compile(r"[^\x20-\x7e\t\n\r\x0b\x0c]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
+#: What ``cost_to_go()`` returns once the task can no longer be solved (``lost``).
+UNREACHABLE = 10**6
+
 #: Room left at the end of every observation for lines that wrappers append (the budget line).
 WRAPPER_RESERVE = 256
 
@@ -193,7 +196,7 @@ class TextAgentEnv(gym.Env[str, str]):
         raise NotImplementedError
 
     def cost_to_go(self) -> int:
-        """The fewest turns from the current state to success (0 once won)."""
+        """The fewest turns from the current state to success (0 once won, UNREACHABLE once lost)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ faults
@@ -276,7 +279,7 @@ class TextAgentEnv(gym.Env[str, str]):
                 info = self.current_info()
                 return self._last_obs, float(reward), self._done, False, info
         self.turn += 1
-        obs = self._finish_obs(problem)
+        obs = self._last_obs = self._finish_obs(problem)
         info = self.current_info(invalid=True)
         return obs, 0.0, self._done, False, info
 

@@ -35,4 +35,20 @@ class EnvEntry:
 
 #: Every product env id. Families add their rows here.
 ENV_TABLE: tuple[EnvEntry, ...] = (
+    EnvEntry(
+        id="BudgetMix/WebShop-v0",
+        entry_point="budget_envs.envs.webshop:WebShopEnv",
+        default_budget=40,
+        description="WebShop-style shopping over HTTP: search and buy from 10,000 generated "
+        "products (levels 1-5, 3 to 30 optimal turns)",
+        kwargs={},
+    ),
+    EnvEntry(
+        id="BudgetMix/ToolUse-v0",
+        entry_point="budget_envs.envs.tooluse:ToolUseEnv",
+        default_budget=40,
+        description="OpenAI-style tool calls over a generated SQLite back office: support "
+        "tickets (levels 1-5, 3 to 39 optimal calls), exact oracle",
+        kwargs={},
+    ),
 )

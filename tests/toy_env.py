@@ -11,7 +11,7 @@ from collections import deque
 
 import numpy as np
 
-from budget_envs.core import InvalidAction, TextAgentEnv
+from budget_envs.core import UNREACHABLE, InvalidAction, TextAgentEnv
 
 MOVES = {"go east": 1, "go west": -1}
 
@@ -108,7 +108,7 @@ class ToyEnv(TextAgentEnv):
         if self.won:
             return 0
         if self.lost:
-            return 10**6
+            return UNREACHABLE
         return self._distance(self.room, self.has_key)
 
     def oracle_actions(self) -> list[str]:

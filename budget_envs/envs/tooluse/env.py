@@ -1,0 +1,365 @@
+"""``BudgetMix/ToolUse-v0``: multi-turn tool calling over a generated SQLite back office.
+
+The agent works a support ticket (cancel, re-address, annotate or return orders under a store
+policy) by sending one OpenAI-style tool call per turn and finishes with ``submit``. The episode
+is won when the final database equals the gold database (the gold program run on a copy of the
+start state) and the answer is right.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from typing import Any, Sequence
+
+import numpy as np
+
+from budget_envs.core import InvalidAction, TextAgentEnv
+from budget_envs.envs.tooluse import oracle as orc
+from budget_envs.envs.tooluse.tasks import DECLINE_NOTE, LEVELS, Task, make_task
+from budget_envs.envs.tooluse.tools import (
+    READ_TOOLS,
+    TOOL_BY_NAME,
+    TOOL_NAMES,
+    TOOLS_SCHEMA,
+    WRITE_TOOLS,
+    ToolError,
+    call_json,
+    parse_action,
+    parse_money,
+    run_tool,
+)
+from budget_envs.envs.tooluse.world import World, get_world
+
+__all__ = ["ToolUseEnv"]
+
+logger = logging.getLogger(__name__)
+
+_INSTRUCTIONS = (
+    "Work this ticket with the tools. Reply with exactly one tool call per message, as JSON: "
+    '{"tool_calls": [{"name": "<tool>", "arguments": {...}}]}. Tool results come back as JSON; '
+    "tools accept only ids shown by earlier results (or by the ticket). "
+    f"Tools: {', '.join(TOOL_NAMES)} (schemas in info['tools'])."
+)
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+_SAMPLE_TEXT = ("Call the customer before delivery", DECLINE_NOTE, "", "12 Mill Street, Oakdale")
+_ID_WHAT = {"cus": "customer", "ord": "order", "itm": "item", "pay": "payment", "prd": "product",
+            "cur": "cursor"}
+
+
+class ToolUseEnv(TextAgentEnv):
+    """Tool calling over an in-memory SQLite database, with an exact oracle.
+
+    Args:
+        level: 1 (3-4 calls) to 5 (about 25-45 calls), or None for every level.
+        tasks_per_level: how many task ids each level lists.
+        world_seed: the seed of the generated world (customers, orders, products).
+        render_mode, max_action_length, max_observation_length: see :class:`TextAgentEnv`.
+
+    Example:
+        >>> from budget_envs.envs.tooluse import ToolUseEnv
+        >>> env = ToolUseEnv(level=2)
+        >>> obs, info = env.reset(seed=0)
+        >>> obs, reward, terminated, truncated, info = env.step(env.oracle_actions()[0])
+    """
+
+    oracle_exact = True
+    native_snapshot = True
+    default_max_action_length = 16384
+
+    def __init__(
+        self,
+        *,
+        level: int | None = None,
+        tasks_per_level: int = 5000,
+        world_seed: int = 0,
+        render_mode: str | None = None,
+        max_action_length: int | None = None,
+        max_observation_length: int | None = None,
+    ) -> None:
+        super().__init__(
+            render_mode=render_mode,
+            max_action_length=max_action_length,
+            max_observation_length=max_observation_length,
+        )
+        if level is not None and (
+            not isinstance(level, (int, np.integer)) or isinstance(level, bool)
+            or int(level) not in LEVELS
+        ):
+            raise ValueError(f"level must be one of {sorted(LEVELS)} or None, got {level!r}")
+        for name, value, hi in (("tasks_per_level", tasks_per_level, 10**6),
+                                ("world_seed", world_seed, 2**32 - 1)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int, got {value!r}")
+        if not 1 <= int(tasks_per_level) <= 10**6:
+            raise ValueError(f"tasks_per_level must be in [1, 1000000], got {tasks_per_level!r}")
+        if not 0 <= int(world_seed) < 2**32:
+            raise ValueError(f"world_seed must be in [0, 2**32), got {world_seed!r}")
+        self.level = None if level is None else int(level)
+        self.tasks_per_level = int(tasks_per_level)
+        self.world_seed = int(world_seed)
+        self._task_list: list[str] | None = None
+        self._world: World | None = None
+        self._conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        self._task: Task | None = None
+        self._gold: orc.Gold | None = None
+        self._pr = orc.Progress()
+        self._score = 0.0
+
+    # ------------------------------------------------------------------ tasks
+    @property
+    def task_ids(self) -> Sequence[str]:
+        """``"L<level>-<index>"`` for every level selected, ``tasks_per_level`` each."""
+        if self._task_list is None:
+            levels = sorted(LEVELS) if self.level is None else [self.level]
+            width = max(5, len(str(self.tasks_per_level - 1)))
+            self._task_list = [f"L{lv}-{i:0{width}d}" for lv in levels
+                               for i in range(self.tasks_per_level)]
+        return self._task_list
+
+    @property
+    def world(self) -> World:
+        """The generated world (built once per process)."""
+        if self._world is None:
+            self._world = get_world(self.world_seed)
+        return self._world
+
+    @property
+    def task(self) -> Task | None:
+        """The current task (ticket, gold slots, gold program), or None before reset."""
+        return self._task
+
+    def _load(self, task_id: str) -> str:
+        world = self.world
+        self._task = make_task(world, task_id)
+        self._gold = orc.Gold(world, self._task)
+        world.copy_into(self._conn)
+        self._pr = orc.Progress(revealed=set(self._task.given_orders))
+        self._score = 0.0
+        return f"{self._task.ticket}\n\n{_INSTRUCTIONS}"
+
+    def _goal(self) -> str:
+        return "" if self._task is None else self._task.ticket
+
+    def _admissible(self) -> list[str]:
+        return list(TOOL_NAMES)
+
+    def _extra_info(self) -> dict[str, Any]:
+        return {"tools": TOOLS_SCHEMA, "score": self._score}
+
+    # ------------------------------------------------------------------ stepping
+    def _execute(self, action: str) -> tuple[str, float]:
+        name, args = parse_action(action)
+        return self._run(name, args, self._conn)
+
+    def _check_visible(self, name: str, args: dict) -> None:
+        pr = self._pr
+        for p in TOOL_BY_NAME[name].params:
+            value = args.get(p.name)
+            if p.kind == "id" and value is not None and value not in pr.revealed:
+                raise ToolError(
+                    f"Error: unknown {_ID_WHAT[p.prefix]} id {value}. Use ids shown by earlier "
+                    "tool results or by the ticket."
+                )
+        if name == "exchange_item":
+            model = self.world.products[args["new_product_id"]].model
+            if model not in pr.listed:
+                raise ToolError(
+                    f"Error: check stock with list_variants before exchanging for "
+                    f"{args['new_product_id']}."
+                )
+
+    def _run(self, name: str, args: dict, conn: sqlite3.Connection) -> tuple[str, float]:
+        if name == "submit":
+            return self._submit(args["answer"])
+        try:
+            self._check_visible(name, args)
+            result = run_tool(conn, self.world, name, args)
+        except ToolError as exc:
+            return str(exc), 0.0
+        self._apply(name, args)
+        return _ENCODE(result), 0.0
+
+    def _apply(self, name: str, args: dict) -> None:
+        orc.apply_call(self.world, self._pr, name, args)
+        if name in WRITE_TOOLS:
+            self.lost = orc.is_lost(self._gold, self._pr)
+            self._score = orc.score(self._gold, self._pr, False)
+
+    def _submit(self, answer: str) -> tuple[str, float]:
+        pr = self._pr
+        pr.submitted = True
+        cents = parse_money(answer)
+        pr.answer_ok = cents is not None and cents == self._task.answer_cents
+        db_ok = self._db_matches_gold()
+        model_ok = not orc.diff_slots(self._gold, pr)
+        if db_ok != model_ok:  # would be a bug in the oracle model; the database decides
+            logger.error("tooluse: database check %s but model %s on %s", db_ok, model_ok,
+                         self._task.task_id)
+        self.won = db_ok and pr.answer_ok
+        self.lost = not self.won
+        self._score = orc.score(self._gold, pr, self.won)
+        if self.won:
+            return "Submitted. The ticket is resolved: every change matches and the answer is "\
+                   "right.", 1.0
+        missing = sum(1 for s, v in self._gold.slots.items()
+                      if orc.current(self.world, pr, s) != v)
+        wrong = sum(1 for s, v in pr.changed.items() if v != self._gold.value(s))
+        return (
+            f"Submitted. The ticket is not resolved: {missing} required change(s) missing or "
+            f"wrong, {wrong} wrong change(s), answer {'right' if pr.answer_ok else 'wrong'}.",
+            0.0,
+        )
+
+    def gold_connection(self) -> sqlite3.Connection:
+        """A fresh database holding the gold end state: the gold program run on the start state."""
+        world = self.world
+        gold = sqlite3.connect(":memory:", isolation_level=None)
+        world.copy_into(gold)
+        for name, args in self._task.gold_calls:
+            run_tool(gold, world, name, dict(args))
+        return gold
+
+    def _db_matches_gold(self) -> bool:
+        """Compare every row any write touched (in this episode or the gold program) + refunds."""
+        gold = self.gold_connection()
+        try:
+            orders, items = set(), set()
+            for kind, target in list(self._gold.slots) + list(self._pr.changed):
+                (items if kind == "item" else orders).add(target)
+            for table, ids in (("orders", orders), ("order_items", items)):
+                for rid in sorted(ids):
+                    sql = f"SELECT * FROM {table} WHERE id=?"
+                    if self._conn.execute(sql, (rid,)).fetchone() != gold.execute(
+                            sql, (rid,)).fetchone():
+                        return False
+            sql = "SELECT * FROM refunds ORDER BY item_id"
+            return self._conn.execute(sql).fetchall() == gold.execute(sql).fetchall()
+        finally:
+            gold.close()
+
+    # ------------------------------------------------------------------ oracle
+    def oracle_actions(self) -> list[str]:
+        """Every tool call (as action text) that lowers ``cost_to_go()`` by one."""
+        self._require_reset()
+        if self._done:
+            return []
+        return orc.oracle_calls(self._gold, self._pr, self.won)
+
+    def cost_to_go(self) -> int:
+        """Fewest turns to success; ``oracle.UNREACHABLE`` once lost."""
+        self._require_reset()
+        return orc.cost_to_go(self._gold, self._pr, self.won)
+
+    # ------------------------------------------------------------------ faults
+    def fault_kinds(self) -> tuple[str, ...]:
+        """``tool_error`` (not run), ``tool_timeout`` (writes run, result lost), ``stale_read``."""
+        return ("tool_error", "tool_timeout", "stale_read")
+
+    def _inject_fault(self, kind: str, rng: np.random.Generator, action: str | None) -> str:
+        if kind == "tool_error":
+            code = (500, 502, 503)[int(rng.integers(3))]
+            return (f"Error: the tool service failed with a transient error (HTTP {code}); "
+                    "the call was not run. Retry it.")
+        try:
+            name, args = parse_action(action) if isinstance(action, str) else (None, None)
+        except InvalidAction as exc:
+            return str(exc)
+        if kind == "tool_timeout":
+            if name in WRITE_TOOLS:
+                self.fault_executed_action = action
+                self._run(name, args, self._conn)
+            return ("Error: the tool call timed out after 30 s; its result is unknown (a write "
+                    "may or may not have been applied).")
+        # stale_read: a read answers from the start-of-episode state; anything else runs normally.
+        if name is None:
+            return self.no_effect_feedback()
+        self.fault_executed_action = action
+        if name in READ_TOOLS:
+            return self._run(name, args, self.world.template)[0]
+        return self._run(name, args, self._conn)[0]
+
+    def no_effect_feedback(self) -> str:
+        return "Error: no response from the tool service; the call was not run."
+
+    def slip_action(self, action: str, rng: np.random.Generator) -> str | None:
+        """A different valid read-only call on ids already shown (a slip never writes)."""
+        world, pr = self.world, self._pr
+        calls = [call_json("list_promotions", {})]
+        calls += [call_json("find_customer", {"email": e}) for e in self._task.emails]
+        for rid in sorted(pr.revealed):
+            prefix = rid[:3]
+            if prefix == "cus":
+                calls.append(call_json("list_orders", {"customer_id": rid}))
+                calls.append(call_json("get_loyalty_points", {"customer_id": rid}))
+            elif prefix == "ord":
+                calls.append(call_json("get_order", {"order_id": rid}))
+                calls.append(call_json("track_shipment", {"order_id": rid}))
+            elif prefix == "prd":
+                calls.append(call_json("list_variants", {"product_id": rid}))
+                calls.append(call_json("get_product", {"product_id": rid}))
+        try:
+            mine = call_json(*parse_action(action))
+        except (InvalidAction, TypeError):
+            mine = None
+        others = [c for c in calls if c != mine and c != action]
+        if not others:
+            return None
+        return others[int(rng.integers(len(others)))]
+
+    def sample_action(self, rng: np.random.Generator) -> str:
+        """A random well-formed call: a uniform tool, arguments drawn from the ids shown so far.
+
+        This is the random agent (writes and ``submit`` included); when a tool needs an id that
+        has not been shown yet, a ticket email lookup is sent instead.
+        """
+        self._require_reset()
+        pr = self._pr
+        name = TOOL_NAMES[int(rng.integers(len(TOOL_NAMES)))]
+        shown: dict[str, list[str]] = {}
+        for rid in sorted(pr.revealed):
+            shown.setdefault(rid[:3], []).append(rid)
+        args: dict[str, str] = {}
+        for p in TOOL_BY_NAME[name].params:
+            if p.kind == "id":
+                pool = shown.get(p.prefix, [])
+                if not pool:
+                    if not p.required:
+                        continue
+                    return self._lookup_call(rng)
+                args[p.name] = pool[int(rng.integers(len(pool)))]
+            elif p.kind == "enum":
+                args[p.name] = p.enum[int(rng.integers(len(p.enum)))]
+            elif p.name == "email":
+                return self._lookup_call(rng)
+            elif p.name == "answer":
+                args[p.name] = f"{int(rng.integers(0, 400))}.{int(rng.integers(0, 100)):02d}"
+            else:
+                args[p.name] = _SAMPLE_TEXT[int(rng.integers(len(_SAMPLE_TEXT)))]
+        return call_json(name, args)
+
+    def _lookup_call(self, rng: np.random.Generator) -> str:
+        emails = self._task.emails
+        if not emails:
+            return call_json("list_promotions", {})
+        return call_json("find_customer", {"email": emails[int(rng.integers(len(emails)))]})
+
+    # ------------------------------------------------------------------ snapshots
+    def _snapshot_state(self) -> Any:
+        copy_conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        self._conn.backup(copy_conn)
+        return (copy_conn, self._task, self._pr.copy(), self.won, self.lost, self._score)
+
+    def _restore_state(self, payload: Any) -> None:
+        copy_conn, task, pr, won, lost, score = payload
+        copy_conn.backup(self._conn)
+        if task is not self._task:
+            self._task = task
+            self._gold = orc.Gold(self.world, task)
+        self._pr = pr.copy()
+        self.won, self.lost, self._score = won, lost, score
+
+    def close(self) -> None:
+        self._conn.close()
+        super().close()

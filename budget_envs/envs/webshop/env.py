@@ -1,0 +1,399 @@
+"""``BudgetMix/WebShop-v0``: WebShop-style shopping over real HTTP against the shop server.
+
+The env holds no catalogue: every reset, step, snapshot and restore is an HTTP request (one
+keep-alive ``requests.Session``) to the server at ``base_url``. Without ``base_url`` the env
+starts its own server on a free loopback port in a background thread and stops it on close.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from budget_envs.core import InvalidAction, TextAgentEnv
+from budget_envs.envs.webshop.oracle import UNREACHABLE, oracle
+from budget_envs.envs.webshop.scoring import SCORING_MODES
+from budget_envs.envs.webshop.shop import SEP
+from budget_envs.envs.webshop.tasks import LEVELS, Task
+
+__all__ = ["WebShopEnv", "WebShopServerError"]
+
+logger = logging.getLogger(__name__)
+
+_FAULTS = ("http_error", "stale_page", "slow_response")
+_REASONS = {500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+class WebShopServerError(RuntimeError):
+    """The shop server did not answer as expected (dead, restarted, or failing)."""
+
+
+def _stop_server(server) -> None:
+    try:
+        server.stop()
+    except Exception:  # pragma: no cover - best effort at interpreter exit
+        logger.debug("stopping the web shop server failed", exc_info=True)
+
+
+class WebShopEnv(TextAgentEnv):
+    """Find and buy the product(s) the instruction describes with ``search[...]``/``click[...]``.
+
+    Args:
+        level: difficulty 1-5 (see :mod:`budget_envs.envs.webshop.tasks`), a list of levels, or
+            None for all five.
+        tasks_per_level: how many task ids each level offers (``"L<level>-<index>"``).
+        catalogue_seed: seed of the generated catalogue (the server's ``--seed``).
+        num_products: catalogue size of an own server (a running server decides its own).
+        scoring: ``"exact"`` (default) or ``"webshop"`` (WebShop's fuzzy semantics).
+        base_url: a running shop server (``budgetmix serve-web``); None starts one.
+        host: interface of an own server (loopback by default).
+        timeout: seconds to wait for any HTTP answer.
+
+    The reward is WebShop's purchase score on the buying step (0 elsewhere); success is a
+    score of 1.0. ``info["score"]`` holds the score so far, ``info["purchase"]`` the purchase
+    record in WebShop's field names once bought.
+
+    Example:
+        >>> import gymnasium as gym, budget_envs  # doctest: +SKIP
+        >>> env = gym.make("BudgetMix/WebShop-v0", level=1)
+        >>> obs, info = env.reset(seed=0)
+        >>> env.unwrapped.base_url
+        'http://127.0.0.1:40123'
+    """
+
+    oracle_exact: ClassVar[bool] = True
+    native_snapshot: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        *,
+        level: int | Sequence[int] | None = None,
+        tasks_per_level: int = 1000,
+        catalogue_seed: int = 0,
+        num_products: int = 10_000,
+        scoring: str = "exact",
+        base_url: str | None = None,
+        host: str = "127.0.0.1",
+        timeout: float = 30.0,
+        render_mode: str | None = None,
+        max_action_length: int | None = None,
+        max_observation_length: int | None = None,
+    ) -> None:
+        super().__init__(
+            render_mode=render_mode,
+            max_action_length=max_action_length,
+            max_observation_length=max_observation_length,
+        )
+        if level is None:
+            levels = LEVELS
+        elif isinstance(level, (int, np.integer)) and not isinstance(level, bool):
+            levels = (int(level),)
+        elif isinstance(level, (list, tuple)) and level:
+            levels = tuple(level)
+        else:
+            raise ValueError(
+                f"level must be one of {LEVELS}, a list of them or None, got {level!r}"
+            )
+        for lv in levels:
+            if isinstance(lv, bool) or lv not in LEVELS:
+                raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+        for name, value, lo in (("tasks_per_level", tasks_per_level, 1),
+                                ("num_products", num_products, 1000)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < lo:
+                raise ValueError(f"{name} must be an int >= {lo}, got {value!r}")
+        if tasks_per_level > 10_000:
+            raise ValueError(f"tasks_per_level must be at most 10000, got {tasks_per_level!r}")
+        if not isinstance(catalogue_seed, (int, np.integer)) or isinstance(catalogue_seed, bool):
+            raise TypeError(f"catalogue_seed must be an int, got {catalogue_seed!r}")
+        if scoring not in SCORING_MODES:
+            raise ValueError(f"scoring must be one of {SCORING_MODES}, got {scoring!r}")
+        if base_url is not None and (
+            not isinstance(base_url, str) or not base_url.startswith(("http://", "https://"))
+        ):
+            raise ValueError(f"base_url must be an http(s) URL or None, got {base_url!r}")
+        if not isinstance(host, str) or not host:
+            raise ValueError(f"host must be a non-empty string, got {host!r}")
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+            raise ValueError(f"timeout must be a positive number, got {timeout!r}")
+        self.levels = levels
+        self.tasks_per_level = int(tasks_per_level)
+        self.catalogue_seed = int(catalogue_seed)
+        self.num_products = int(num_products)
+        self.scoring = scoring
+        self.host = host
+        self.timeout = float(timeout)
+        self._given_url = base_url.rstrip("/") if base_url else None
+        self._server = None
+        self._finalizer = None
+        self._http = None
+        self._sid: str | None = None
+        self._task: Task | None = None
+        self._tasks: dict[str, Task] = {}
+        self._state: dict[str, Any] = {}
+        self._admissible_now: list[str] = []
+        self._view = ""
+        self._score = 0.0
+        self._purchase: dict[str, Any] | None = None
+        self._ids = tuple(f"L{lv}-{i:04d}" for lv in levels for i in range(self.tasks_per_level))
+
+    # ---------------------------------------------------------------- server and HTTP
+    @property
+    def base_url(self) -> str:
+        """Where the shop server answers (starts the env's own server if it has none yet)."""
+        if self._given_url is not None:
+            return self._given_url
+        if self._server is None:
+            self._start_server()
+        return self._server.base_url
+
+    @property
+    def server(self):
+        """The env's own :class:`~budget_envs.envs.webshop.server.ShopServer`, or None."""
+        return self._server
+
+    def _start_server(self) -> None:
+        from budget_envs.envs.webshop.server import ShopServer
+
+        self._server = ShopServer.start(self.catalogue_seed, self.num_products, host=self.host)
+        self._finalizer = weakref.finalize(self, _stop_server, self._server)
+        logger.info("web shop server started at %s", self._server.base_url)
+
+    def restart_server(self) -> str:
+        """Start a fresh own server (after it died); returns the new ``base_url``."""
+        if self._given_url is not None:
+            raise WebShopServerError(
+                f"this env does not own the server at {self._given_url}; restart it there"
+            )
+        if self._finalizer is not None:
+            self._finalizer()
+        self._server = None
+        self._sid = None
+        self._start_server()
+        return self._server.base_url
+
+    def _session(self):
+        if self._http is None:
+            import requests
+
+            self._http = requests.Session()
+            self._check_server()
+        return self._http
+
+    def _check_server(self) -> None:
+        info = self._request("GET", "/api/info")
+        if info.get("seed") != self.catalogue_seed:
+            raise WebShopServerError(
+                f"the server at {self.base_url} serves catalogue seed {info.get('seed')!r}, "
+                f"but this env was made with catalogue_seed={self.catalogue_seed}"
+            )
+
+    def _request(self, method: str, path: str, json: Any = None,
+                 ok: tuple[int, ...] = (200, 201, 204)) -> Any:
+        import requests
+
+        url = self.base_url + path
+        http = self._http if self._http is not None else self._session()
+        try:
+            resp = http.request(method, url, json=json, timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise WebShopServerError(
+                f"the web shop server at {self.base_url} did not answer "
+                f"({type(exc).__name__}); is it running?"
+                + (" The env owns it: call env.unwrapped.restart_server() or reset()."
+                   if self._given_url is None else "")
+            ) from exc
+        if resp.status_code not in ok:
+            raise WebShopServerError(
+                f"the web shop server at {self.base_url} answered {resp.status_code} to "
+                f"{method} {path}: {resp.text[:200]}"
+            )
+        if resp.status_code == 204:
+            return None
+        if resp.status_code >= 500:
+            return {"status": resp.status_code}
+        return resp.json()
+
+    # ---------------------------------------------------------------- TextAgentEnv hooks
+    @property
+    def task_ids(self) -> Sequence[str]:
+        """``L<level>-<index>`` for every configured level and index."""
+        return self._ids
+
+    def _load(self, task_id: str) -> str:
+        if self._server is not None and not self._server.alive:
+            logger.warning("the web shop server at %s died; restarting it", self._server.base_url)
+            self.restart_server()
+        self._session()
+        data = None
+        if self._sid is not None:  # reuse the session: one request per reset
+            body = {"task_id": task_id, "scoring": self.scoring,
+                    "with_task": task_id not in self._tasks}
+            try:
+                data = self._request("PUT", f"/api/sessions/{self._sid}", json=body,
+                                     ok=(200, 404))
+            except WebShopServerError:
+                if self._server is None:
+                    raise
+                logger.warning("the web shop server at %s died; restarting it", self.base_url)
+                self.restart_server()
+                self._session()
+            if data is not None and "state" not in data:  # 404: the session is gone
+                data = None
+        if data is None:
+            self._sid = None
+            data = self._request("POST", "/api/sessions",
+                                 json={"task_id": task_id, "scoring": self.scoring})
+            self._sid = data["sid"]
+        if "task" in data:
+            self._tasks[task_id] = Task.from_dict(data["task"])
+        self._task = self._tasks[task_id]
+        self._score = 0.0
+        self._purchase = None
+        self._apply(data)
+        return self._view
+
+    def _apply(self, data: dict[str, Any]) -> None:
+        self._state = data["state"]
+        self._admissible_now = list(data["admissible"])
+        self._view = data["view"]
+
+    def _step_request(self, action: str, fault: dict | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"action": action}
+        if fault is not None:
+            body["fault"] = fault
+        return self._request("POST", f"/api/sessions/{self._sid}/step", json=body,
+                             ok=(200, 500, 503) if fault else (200,))
+
+    def _after(self, data: dict[str, Any]) -> float:
+        self._apply(data)
+        if data.get("done"):
+            self._score = float(data["score"])
+            self._purchase = data["purchase"]
+            self.won = self._score >= 1.0
+            self.lost = not self.won
+            return self._score
+        return 0.0
+
+    def _execute(self, action: str) -> tuple[str, float]:
+        data = self._step_request(action)
+        if data["invalid"]:
+            raise InvalidAction(data["feedback"])
+        reward = self._after(data)
+        return self._view, reward
+
+    def _goal(self) -> str:
+        return self._task.instruction if self._task is not None else ""
+
+    def _admissible(self) -> list[str]:
+        return list(self._admissible_now)
+
+    def _extra_info(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"score": self._score}
+        if self._purchase is not None:
+            out["purchase"] = self._purchase
+        return out
+
+    def sample_action(self, rng: np.random.Generator) -> str:
+        """A random admissible action; a search uses words of the instruction."""
+        acts = self._admissible_now or ["click[back to search]"]
+        action = acts[int(rng.integers(len(acts)))]
+        if action == "search[...]" and self._task is not None:
+            words = self._task.instruction.replace(",", " ").split()
+            pick = sorted(rng.choice(len(words), size=min(4, len(words)), replace=False))
+            action = "search[" + " ".join(words[i] for i in pick) + "]"
+        return action
+
+    # ---------------------------------------------------------------- oracle
+    def oracle_actions(self) -> list[str]:
+        """Every optimal next action (one title query stands for all equally good searches)."""
+        self._require_reset()
+        if self._done:
+            return []
+        return oracle(self._task, self._state)[0]
+
+    def cost_to_go(self) -> int:
+        """Fewest turns to a purchase scoring 1.0 (0 once won; UNREACHABLE once lost)."""
+        self._require_reset()
+        if self._done:
+            return 0 if self.won else UNREACHABLE
+        return oracle(self._task, self._state)[1]
+
+    # ---------------------------------------------------------------- faults
+    def fault_kinds(self) -> tuple[str, ...]:
+        """``http_error`` (500/503, page unchanged), ``stale_page``, ``slow_response``."""
+        return _FAULTS
+
+    def _inject_fault(self, kind: str, rng: np.random.Generator, action: str | None) -> str:
+        runnable = action is not None and self.check_action(action) is None and not self._done
+        if kind == "http_error":
+            status = int(rng.choice([500, 503]))
+            self._step_request(action if runnable else "", {"kind": kind, "status": status})
+            return (
+                f"HTTP {status} {_REASONS[status]}: the shop did not answer. "
+                "The page is unchanged; try again."
+            )
+        if kind == "stale_page":
+            stale = self._view
+            if not runnable:
+                return stale
+            data = self._step_request(action, {"kind": kind})
+            if not data["invalid"]:
+                self.fault_executed_action = action
+                self._after(data)
+            return data["view"] if data["view"] else stale
+        delay = int(rng.integers(150, 600))
+        if not runnable:
+            return self._view
+        data = self._step_request(action, {"kind": kind, "delay_ms": delay})
+        if data["invalid"]:
+            return data["feedback"]
+        self.fault_executed_action = action
+        self._after(data)
+        return f"{self._view}{SEP}(The page took {delay / 1000:.2f} s to load.)"
+
+    # ---------------------------------------------------------------- snapshots
+    def _snapshot_state(self) -> dict[str, Any]:
+        data = self._request("GET", f"/api/sessions/{self._sid}")
+        return {
+            "state": data["state"],
+            "won": self.won,
+            "lost": self.lost,
+            "score": self._score,
+            "purchase": self._purchase,
+        }
+
+    def _restore_state(self, payload: dict[str, Any]) -> None:
+        if self._sid is None:
+            raise WebShopServerError("restore() needs a session: call reset() first")
+        data = self._request("PUT", f"/api/sessions/{self._sid}", json={"state": payload["state"]})
+        task_id = data["state"]["task_id"]
+        task = self._tasks.get(task_id)
+        if task is None:
+            task = Task.from_dict(self._request("GET", f"/api/tasks/{task_id}"))
+            self._tasks[task_id] = task
+        self._task = task
+        self._apply(data)
+        self.won, self.lost = bool(payload["won"]), bool(payload["lost"])
+        self._score = float(payload["score"])
+        self._purchase = payload["purchase"]
+
+    # ---------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        """End the session, close the HTTP connection and stop an own server."""
+        if self._http is not None:
+            if self._sid is not None and (self._server is None or self._server.alive):
+                try:
+                    self._http.delete(f"{self.base_url}/api/sessions/{self._sid}", timeout=2)
+                except Exception:  # closing must not fail because the server is gone
+                    logger.debug("could not delete the session", exc_info=True)
+            self._http.close()
+            self._http = None
+        self._sid = None
+        if self._finalizer is not None:
+            self._finalizer()
+            self._finalizer = None
+        self._server = None
+        super().close()
