@@ -51,4 +51,39 @@ ENV_TABLE: tuple[EnvEntry, ...] = (
         "tickets (levels 1-5, 3 to 39 optimal calls), exact oracle",
         kwargs={},
     ),
+    EnvEntry(
+        id="BudgetMix/TextWorld-v0",
+        entry_point="budget_envs.envs.textworld:TextWorldEnv",
+        default_budget=40,
+        description="TextWorld custom quests generated offline (levels 1-5, 3 to ~25 optimal "
+        "turns), exact oracle on small games",
+        kwargs={},
+        requires="textworld",
+    ),
+    EnvEntry(
+        id="BudgetMix/TextWorld-CoinCollector-v0",
+        entry_point="budget_envs.envs.textworld:CoinCollectorEnv",
+        default_budget=60,
+        description="TextWorld coin collector: walk a chain of rooms to the coin (3 to 45 turns), "
+        "exact oracle",
+        kwargs={},
+        requires="textworld",
+    ),
+    EnvEntry(
+        id="BudgetMix/TextWorld-TreasureHunter-v0",
+        entry_point="budget_envs.envs.textworld:TreasureHunterEnv",
+        default_budget=40,
+        description="TextWorld treasure hunter: fetch the named object, not the wrong one",
+        kwargs={},
+        requires="textworld",
+    ),
+    EnvEntry(
+        id="BudgetMix/TextWorld-Cooking-v0",
+        entry_point="budget_envs.envs.textworld:CookingEnv",
+        default_budget=60,
+        description="TextWorld cooking: read the recipe, gather, cut, cook, prepare and eat "
+        "(levels 1-6, 3 to ~35 turns)",
+        kwargs={},
+        requires="textworld",
+    ),
 )

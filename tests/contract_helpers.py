@@ -53,3 +53,17 @@ def transcript(env, seed, turns=8, options=None):
         if terminated or truncated:
             break
     return lines
+
+
+class FirstTasks(gym.Wrapper):
+    """Cycle resets through the first two tasks (keeps game generation small in vector tests)."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self._count = 0
+
+    def reset(self, *, seed=None, options=None):
+        options = dict(options or {})
+        options.setdefault("task_id", self._count % 2)
+        self._count += 1
+        return self.env.reset(seed=seed, options=options)

@@ -1,0 +1,543 @@
+"""TextWorld games as BudgetMix envs: a thin adapter over ``textworld.start`` (not textworld.gym).
+
+Every task is a game generated from a seed by TextWorld's own generator (see :mod:`.generate`),
+or a user's ``.z8`` made with ``tw-make``. The adapter cleans the interpreter's text, keeps
+game-system commands (save, script, quit, restart, undo, debug verbs) away from the interpreter,
+remembers the end of an episode, and adds an exact oracle where the game is small enough.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+from gymnasium.error import DependencyNotInstalled
+
+from budget_envs.core import InvalidAction, TextAgentEnv
+from budget_envs.envs.textworld import generate as gen
+from budget_envs.envs.textworld.oracle import LIVE, UNREACHABLE, QuestRules, StateGraph
+
+__all__ = [
+    "CoinCollectorEnv",
+    "CookingEnv",
+    "TextWorldEnv",
+    "TreasureHunterEnv",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Jericho silently cuts commands longer than this (in bytes); longer ones are refused instead.
+MAX_COMMAND_BYTES = 190
+#: The interpreter's random seed: fixed so that a task plays the same in every process.
+INTERPRETER_SEED = 1234
+
+# Game-system and debugging verbs of the Inform library: they write files (save, script), open
+# prompts that eat the next commands (quit, restart), rewind the game behind the tracker's back
+# (undo, restore) or reveal/alter the world (debug verbs). All are refused with feedback.
+_META_VERBS = frozenset(
+    """save restore load script transcript unscript noscript quit q die restart undo verify
+    brief verbose superbrief short long notify test actions rules scenes showme purloin abstract
+    gonear tree trace random relations responses showheap showverb scope glklist version""".split()
+)
+_SEGMENT_SPLIT = re.compile(r"[.;,!?]|\bthen\b", re.IGNORECASE)
+_STATUS_TAIL = re.compile(r"\n\s*>[^\n]*\s*\Z")
+_BLANK_RUNS = re.compile(r"\n{3,}")
+_BANNER_LINE = re.compile(r"^[\s$|\\/_]*\$\$[\s$|\\/_]*$")
+_EMPTY_FEEDBACK = "(The game prints nothing.)"
+_END_PROMPT = re.compile(r"\n*Would you like to RESTART, RESTORE[^\n]*")
+_CENTRED = re.compile(r"^ {8,}", re.MULTILINE)
+
+_GRAPHS: OrderedDict[str, StateGraph | None] = OrderedDict()
+_GRAPH_CACHE_SIZE = 16
+
+
+def _import_textworld():
+    try:
+        import textworld
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise DependencyNotInstalled(
+            'TextWorld envs need textworld: pip install "budget-envs[textworld]"'
+        ) from exc
+    return textworld
+
+
+def _read_verdict(path: str) -> dict | None:
+    try:
+        with open(Path(path).with_suffix(".oracle.json")) as fh:
+            verdict = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return verdict if isinstance(verdict, dict) else None
+
+
+def clean_text(text: str) -> str:
+    """The interpreter's text without the prompt, the status line and runs of blank lines."""
+    text = text.replace("\r", "")
+    text = _STATUS_TAIL.sub("", text)
+    text = _END_PROMPT.sub("", text)
+    text = _CENTRED.sub("", text)
+    text = "\n".join(line.rstrip() for line in text.split("\n"))
+    text = _BLANK_RUNS.sub("\n\n", text).strip()
+    return text or _EMPTY_FEEDBACK
+
+
+def clean_intro(text: str, objective: str) -> str:
+    """The first observation: the banner removed, starting at the objective when it is found."""
+    text = text.replace("\r", "")
+    head = objective.strip()[:60]
+    at = text.find(head) if head else -1
+    if at >= 0:
+        text = text[at:]
+    else:
+        text = "\n".join(line for line in text.split("\n") if not _BANNER_LINE.match(line))
+    return clean_text(text)
+
+
+def meta_verb(command: str) -> str | None:
+    """The first game-system verb in ``command`` (any of its sentences), if there is one."""
+    for segment in _SEGMENT_SPLIT.split(command):
+        words = segment.strip().lower().split()
+        if not words:
+            continue
+        verb = words[0].strip("'\"()[]{}<>*")
+        if verb in _META_VERBS or verb.startswith("tw-"):
+            return verb
+    return None
+
+
+@dataclass(frozen=True)
+class _Native:
+    """A native snapshot: interpreter memory plus TextWorld's tracking and the adapter's view."""
+
+    path: str
+    jericho: Any
+    progression: Any
+    last_action: Any
+    previous_policy: Any
+    current_policy: Any
+    moves: Any
+    prev_state: Any
+    state: Any
+    marks: tuple
+    marks_moves: int
+    won: bool
+    lost: bool
+
+
+class TextWorldEnv(TextAgentEnv):
+    """A generated TextWorld game per task, played through ``textworld.start``.
+
+    Args:
+        level: one level or a list of levels (see :func:`.generate.valid_levels`); default: the
+            family's graded set (a few turns up to 40+).
+        seeds: games per level (seeds ``0..n-1``) or an explicit list of seeds.
+        game_files: play these ``.z8`` files (each with its ``.json`` beside it) instead.
+        cache_dir: where generated games are kept (default: ``$BUDGET_ENVS_CACHE/textworld`` or
+            the user cache dir); games are made the first time they are played.
+        generation_timeout: seconds allowed to generate one game.
+        oracle_max_states: largest state graph the exact oracle explores; above it the oracle is
+            TextWorld's ``policy_commands`` (heuristic) and ``oracle_exact`` is False.
+
+    Example:
+        >>> import gymnasium as gym, budget_envs  # doctest: +SKIP
+        >>> env = gym.make("BudgetMix/TextWorld-v0", level=2, budget=20)
+        >>> obs, info = env.reset(seed=0)
+        >>> obs, r, terminated, truncated, info = env.step(env.unwrapped.oracle_actions()[0])
+    """
+
+    family: ClassVar[str] = "custom"
+    native_snapshot: ClassVar[bool] = True
+    default_max_action_length: ClassVar[int] = 4096
+    default_max_observation_length: ClassVar[int] = 16384
+
+    def __init__(
+        self,
+        *,
+        level: int | Sequence[int] | None = None,
+        seeds: int | Sequence[int] = 10,
+        game_files: Sequence[str | os.PathLike] | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        generation_timeout: float = 300.0,
+        oracle_max_states: int = 1000,
+        render_mode: str | None = None,
+        max_action_length: int | None = None,
+        max_observation_length: int | None = None,
+    ) -> None:
+        super().__init__(
+            render_mode=render_mode,
+            max_action_length=max_action_length,
+            max_observation_length=max_observation_length,
+        )
+        if isinstance(generation_timeout, bool) or not isinstance(generation_timeout, (int, float)):
+            raise TypeError(f"generation_timeout must be a number, got {generation_timeout!r}")
+        if not generation_timeout > 0:
+            raise ValueError(f"generation_timeout must be positive, got {generation_timeout!r}")
+        if (
+            isinstance(oracle_max_states, bool)
+            or not isinstance(oracle_max_states, (int, np.integer))
+            or oracle_max_states < 1
+        ):
+            raise ValueError(f"oracle_max_states must be a positive int, got {oracle_max_states!r}")
+        if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+            raise TypeError(f"cache_dir must be a path or None, got {cache_dir!r}")
+        self.cache_dir = cache_dir
+        self.generation_timeout = float(generation_timeout)
+        self.oracle_max_states = int(oracle_max_states)
+        self._files: dict[str, Path] = {}
+        self._specs: dict[str, gen.GameSpec] = {}
+        if game_files is not None:
+            if level is not None:
+                raise ValueError(f"pass either level= or game_files=, not both (level={level!r})")
+            self._ids = self._file_tasks(game_files)
+        else:
+            self._ids = self._generated_tasks(level, seeds)
+        #: Whether the oracle of the current game is exact (set at every load).
+        self.oracle_exact = False
+        self._tw = None
+        self._path: str | None = None
+        self._graph: StateGraph | None = None
+        self._rules: QuestRules | None = None
+        self._state: Any = None
+        self._marks: tuple = ()
+        self._marks_moves = 0
+        self._objective = ""
+        self._max_score = 1
+
+    # ------------------------------------------------------------------ tasks
+    def _generated_tasks(self, level: Any, seeds: Any) -> list[str]:
+        if level is None:
+            levels = list(gen.family_levels(self.family))
+        elif isinstance(level, (list, tuple)):
+            levels = list(level)
+        else:
+            levels = [level]
+        if not levels:
+            raise ValueError(f"level must name at least one level, got {level!r}")
+        levels = [int(lv) if isinstance(lv, np.integer) else lv for lv in levels]
+        for lv in levels:
+            gen.level_settings(self.family, lv)  # raises ValueError on a bad level
+        if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+            if seeds < 1:
+                raise ValueError(f"seeds must be a positive count or a list of ints, got {seeds!r}")
+            seed_list = list(range(int(seeds)))
+        elif isinstance(seeds, (list, tuple)) and seeds and all(
+            isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 0 for s in seeds
+        ):
+            seed_list = [int(s) for s in seeds]
+        else:
+            raise ValueError(
+                f"seeds must be a positive count or a list of ints >= 0, got {seeds!r}"
+            )
+        ids = []
+        for lv in levels:
+            for s in seed_list:
+                spec = gen.GameSpec(self.family, lv, s)
+                task = f"{self.family}-L{lv}-s{s}"
+                if task in self._specs:
+                    raise ValueError(
+                        f"duplicate task {task!r} from level={level!r}, seeds={seeds!r}"
+                    )
+                self._specs[task] = spec
+                ids.append(task)
+        return ids
+
+    def _file_tasks(self, game_files: Any) -> list[str]:
+        if isinstance(game_files, (str, os.PathLike)) or not isinstance(game_files, (list, tuple)):
+            raise TypeError(f"game_files must be a list of paths, got {game_files!r}")
+        if not game_files:
+            raise ValueError("game_files must name at least one .z8 file, got []")
+        ids = []
+        for i, item in enumerate(game_files):
+            path = Path(item).expanduser().resolve()
+            if path.suffix != ".z8":
+                raise ValueError(f"game_files entries must be .z8 files, got {str(item)!r}")
+            if not path.is_file():
+                raise FileNotFoundError(f"game file not found: {str(item)!r}")
+            if not path.with_suffix(".json").is_file():
+                raise FileNotFoundError(
+                    f"{str(item)!r} has no {path.with_suffix('.json').name} beside it "
+                    "(tw-make writes one; it holds the game logic)"
+                )
+            task = f"file{i}-{path.stem}"
+            self._files[task] = path
+            ids.append(task)
+        return ids
+
+    @property
+    def task_ids(self) -> Sequence[str]:
+        return self._ids
+
+    def game_path(self, task_id: str) -> Path:
+        """The ``.z8`` of ``task_id``, generating it first if it is not cached yet."""
+        if task_id in self._files:
+            return self._files[task_id]
+        return gen.ensure_game(self._specs[task_id], self.cache_dir, self.generation_timeout)
+
+    # ------------------------------------------------------------------ game lifecycle
+    def _open(self, path: str) -> None:
+        """Start the interpreter on ``path`` (kept across resets of the same game)."""
+        if self._tw is not None and self._path == path:
+            return
+        textworld = _import_textworld()
+        self.close()
+        infos = textworld.EnvInfos(
+            admissible_commands=True,
+            policy_commands=True,
+            objective=True,
+            max_score=True,
+            score=True,
+            won=True,
+            lost=True,
+        )
+        with warnings.catch_warnings():
+            # Jericho calls every non-Infocom story "not fully supported"; TextWorld reads the
+            # score and the end of the game itself.
+            warnings.simplefilter("ignore")
+            self._tw = textworld.start(path, infos)
+        self._tw.seed(INTERPRETER_SEED)
+        self._path = path
+        self._tracker = self._layer("StateTracking")
+        self._i7data = self._layer("Inform7Data")
+        self._jericho = self._tw.unwrapped._jericho
+        game = self._tracker._game
+        self._rules = QuestRules(game)
+        self._graph = self._graph_for(path, game)
+        self.oracle_exact = self._graph is not None
+
+    def _layer(self, name: str) -> Any:
+        env = self._tw
+        while env is not None and type(env).__name__ != name:
+            env = getattr(env, "_wrapped_env", None)
+        if env is None:  # pragma: no cover - textworld's wrapper stack changed
+            raise RuntimeError(f"textworld wrapper {name} not found; unsupported textworld version")
+        return env
+
+    def _graph_for(self, path: str, game: Any) -> StateGraph | None:
+        """The game's state graph if the exact oracle fits ``oracle_max_states``, else None.
+
+        Generated games carry the graph size measured at generation (``.oracle.json``), so
+        loading them explores nothing; other games are explored here once per process.
+        """
+        key = f"{path}|{self.oracle_max_states}"
+        if key in _GRAPHS:
+            _GRAPHS.move_to_end(key)
+            return _GRAPHS[key]
+        graph: StateGraph | None = StateGraph(game, self.oracle_max_states)
+        verdict = _read_verdict(path)
+        fits = None
+        if verdict is not None and verdict.get("complete"):
+            fits = int(verdict["states"]) <= self.oracle_max_states
+        elif verdict is not None and int(verdict.get("max_states", 0)) >= self.oracle_max_states:
+            fits = False
+        if fits is None:
+            rules = graph.rules
+            start = game.world.state.copy()
+            marks, status = rules.advance(rules.start(), start)
+            fits = graph.explore(start, marks, status)
+        if not fits:
+            graph = None
+        _GRAPHS[key] = graph
+        while len(_GRAPHS) > _GRAPH_CACHE_SIZE:
+            _GRAPHS.popitem(last=False)
+        return graph
+
+    def _load(self, task_id: str) -> str:
+        self._open(str(self.game_path(task_id)))
+        state = self._tw.reset()
+        self._objective = state["objective"] or ""
+        self._max_score = state["max_score"] or 1
+        start = self._tracker._game_progression.state
+        self._marks, _ = self._rules.advance(self._rules.start(), start)
+        self._marks_moves = self._tracker._moves
+        self._state = state
+        return clean_intro(state["feedback"], self._objective)
+
+    def close(self) -> None:
+        if self._tw is not None:
+            self._tw.close()
+            self._tw = None
+            self._path = None
+
+    # ------------------------------------------------------------------ turns
+    def _validate(self, action: str) -> None:
+        if not action.isascii():
+            raise InvalidAction(
+                "Invalid action: the game only reads plain ASCII text. Rephrase without accents "
+                "or symbols."
+            )
+        if len(action.strip()) > MAX_COMMAND_BYTES:
+            raise InvalidAction(
+                f"Invalid action: {len(action.strip())} characters is over the game's limit of "
+                f"{MAX_COMMAND_BYTES}. Send one short command."
+            )
+        verb = meta_verb(action)
+        if verb is not None:
+            raise InvalidAction(
+                f"'{verb}' is a game-system command (save, restore, script, quit, restart, undo "
+                "and debugging verbs are not available). Use an in-game action."
+            )
+
+    def _execute(self, action: str) -> tuple[str, float]:
+        self._validate(action)
+        return self._play(action)
+
+    def _play(self, command: str) -> tuple[str, float]:
+        was_won = self.won
+        state, _, _ = self._tw.step(command)
+        self._state = state
+        self._advance_marks()
+        self.won = bool(state["won"])
+        self.lost = bool(state["lost"]) and not self.won
+        return clean_text(state["feedback"]), 1.0 if self.won and not was_won else 0.0
+
+    def _advance_marks(self) -> None:
+        """Quest completion after a turn (only when the tracker saw the world change)."""
+        moves = self._tracker._moves
+        if moves != self._marks_moves:
+            self._marks_moves = moves
+            self._marks, _ = self._rules.advance(self._marks, self._tracker._game_progression.state)
+
+    def _goal(self) -> str:
+        return self._objective
+
+    def _admissible(self) -> list[str]:
+        return list(self._state["admissible_commands"] or [])
+
+    def _extra_info(self) -> dict[str, Any]:
+        score = self._state["score"] if self._state is not None else 0
+        return {"score": float(min(1.0, max(0.0, (score or 0) / self._max_score)))}
+
+    # ------------------------------------------------------------------ oracle
+    def _oracle(self) -> tuple[int, list[str]]:
+        self._require_reset()
+        if self.won:
+            return 0, []
+        if self.lost:
+            return UNREACHABLE, []
+        if self._graph is not None:
+            found = self._graph.lookup(self._tracker._game_progression.state, self._marks, LIVE)
+            if found is not None:
+                cost, actions = found
+                commands = self._tracker._inform7.gen_commands_from_actions(actions)
+                return cost, sorted(set(commands))
+            logger.info("state outside the oracle's graph; using policy_commands")
+        policy = list(self._state["policy_commands"] or [])
+        if not policy:
+            return UNREACHABLE, []
+        return len(policy), [policy[0]]
+
+    def oracle_actions(self) -> list[str]:
+        """Every optimal next command (exact) or TextWorld's next policy command (heuristic)."""
+        return self._oracle()[1]
+
+    def cost_to_go(self) -> int:
+        """Fewest turns to win from here (exact) or the length of TextWorld's policy; 0 once
+        won; ``UNREACHABLE`` (10**6) once lost."""
+        return self._oracle()[0]
+
+    # ------------------------------------------------------------------ faults
+    def fault_kinds(self) -> tuple[str, ...]:
+        return ("perturb",)
+
+    def _inject_fault(self, kind: str, rng: np.random.Generator, action: str | None) -> str:
+        """``perturb``: the agent's action runs, then a carried object is dropped and the player
+        stumbles through a random exit (both real game moves, so tracking stays exact)."""
+        parts = []
+        if isinstance(action, str) and self.check_action(action) is None:
+            try:
+                self._validate(action)
+            except InvalidAction as exc:
+                parts.append(str(exc))
+            else:
+                obs, _ = self._play(action)
+                parts.append(obs)
+                self.fault_executed_action = action
+        if self.won or self.lost:
+            return "\n\n".join(parts)
+        admissible = self._admissible()
+        drops = [c for c in admissible if c.startswith("drop ")]
+        if drops:
+            obs, _ = self._play(drops[int(rng.integers(len(drops)))])
+            parts.append("Your grip slips. " + obs)
+        if not (self.won or self.lost):
+            goes = [c for c in self._admissible() if c.startswith("go ")]
+            if goes:
+                best = set(self.oracle_actions())
+                away = [c for c in goes if c not in best] or goes
+                obs, _ = self._play(away[int(rng.integers(len(away)))])
+                parts.append("You lose your footing and stumble away.\n\n" + obs)
+        if len(parts) == (1 if self.fault_executed_action is not None else 0):
+            parts.append("You stumble, but nothing changes.")
+        return "\n\n".join(parts)
+
+    # ------------------------------------------------------------------ forking
+    def _snapshot_state(self) -> _Native:
+        tracker = self._tracker
+        return _Native(
+            path=self._path,
+            jericho=self._jericho.get_state(),
+            progression=tracker._game_progression.copy(),
+            last_action=tracker._last_action,
+            previous_policy=tracker._previous_winning_policy,
+            current_policy=tracker._current_winning_policy,
+            moves=tracker._moves,
+            prev_state=self._i7data._prev_state,
+            state=self._state,
+            marks=self._marks,
+            marks_moves=self._marks_moves,
+            won=self.won,
+            lost=self.lost,
+        )
+
+    def _restore_state(self, payload: _Native) -> None:
+        if self._tw is None or self._path != payload.path:
+            self._open(payload.path)
+            state = self._tw.reset()
+            self._objective = state["objective"] or ""
+            self._max_score = state["max_score"] or 1
+        self._jericho.set_state(payload.jericho)
+        tracker = self._tracker
+        tracker._game_progression = payload.progression.copy()
+        tracker._last_action = payload.last_action
+        tracker._previous_winning_policy = payload.previous_policy
+        tracker._current_winning_policy = payload.current_policy
+        tracker._moves = payload.moves
+        self._i7data._prev_state = payload.prev_state
+        for layer in (self._tw, tracker, self._i7data):
+            layer.state = payload.state
+        self._state = payload.state
+        self._marks = payload.marks
+        self._marks_moves = payload.marks_moves
+        self.won = payload.won
+        self.lost = payload.lost
+
+    def sample_action(self, rng: np.random.Generator) -> str:
+        """A random admissible command (for seeded exploration in tests and baselines)."""
+        options = self._admissible() or ["look"]
+        return options[int(rng.integers(len(options)))]
+
+
+class CoinCollectorEnv(TextWorldEnv):
+    """tw-coin_collector: find the coin along a chain of rooms (``level`` 1-300)."""
+
+    family: ClassVar[str] = "coin_collector"
+
+
+class TreasureHunterEnv(TextWorldEnv):
+    """tw-treasure_hunter: fetch the named object, avoiding the wrong one (``level`` 1-30)."""
+
+    family: ClassVar[str] = "treasure_hunter"
+
+
+class CookingEnv(TextWorldEnv):
+    """tw-cooking: read the recipe, gather, cut and cook, prepare and eat (``level`` 1-6)."""
+
+    family: ClassVar[str] = "cooking"

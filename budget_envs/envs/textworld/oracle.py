@@ -1,0 +1,141 @@
+"""Exact oracle for generated TextWorld games: breadth-first search over the game's logic.
+
+A node is the set of true facts plus which quests are already completed (quest completion is
+sticky in the compiled game, so the facts alone do not say it). The compiled game checks each
+open quest at the end of every turn, in order: a triggered fail event loses the game, a triggered
+win event completes the quest, and the game is won when every required quest is completed.
+:func:`advance` mirrors that rule, so distances here are distances in the real game.
+
+The reachable graph is built once per game (bounded by ``max_states``) and distances to a won
+node come from one backward pass; a state outside the graph (after a fault) grows it. When the
+bound is hit the game is too large for an exact answer and the env falls back to TextWorld's
+``policy_commands`` (a heuristic).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import Any, Hashable
+
+logger = logging.getLogger(__name__)
+
+LIVE, WON, LOST = 0, 1, -1
+#: ``cost_to_go`` when success can no longer be reached.
+UNREACHABLE = 10**6
+
+
+class QuestRules:
+    """How quest completion, winning and losing follow from a logic state."""
+
+    def __init__(self, game: Any) -> None:
+        self.quests = list(game.quests)
+        self.required = [
+            i
+            for i, q in enumerate(self.quests)
+            if q.win_events and not getattr(q, "optional", False)
+        ]
+
+    def start(self) -> tuple[bool, ...]:
+        return (False,) * len(self.quests)
+
+    def advance(self, done: tuple[bool, ...], state: Any) -> tuple[tuple[bool, ...], int]:
+        """Quest completion and status after a turn ending in ``state``."""
+        marks = list(done)
+        for i, quest in enumerate(self.quests):
+            if marks[i]:
+                continue
+            if quest.is_failing(state):
+                return tuple(marks), LOST
+            if quest.is_winning(state):
+                marks[i] = True
+        if self.required and all(marks[i] for i in self.required):
+            return tuple(marks), WON
+        return tuple(marks), LIVE
+
+
+def node_key(state: Any, done: tuple[bool, ...]) -> Hashable:
+    return (frozenset(state.facts), done)
+
+
+class StateGraph:
+    """The reachable part of a game's state space with exact distances to a won state."""
+
+    def __init__(self, game: Any, max_states: int) -> None:
+        self.game = game
+        self.rules = QuestRules(game)
+        self._kb_rules = list(game.kb.rules.values())
+        self._constants = game.kb.types.constants_mapping
+        self.max_states = max_states
+        # key -> [(action, child key)]; won/lost nodes have no children.
+        self.children: dict[Hashable, list[tuple[Any, Hashable]]] = {}
+        self.status: dict[Hashable, int] = {}
+        self.dist: dict[Hashable, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.children)
+
+    def explore(self, state: Any, done: tuple[bool, ...], status: int = LIVE) -> bool:
+        """Add everything reachable from ``(state, done)``; False (graph unchanged) if too large."""
+        root = node_key(state, done)
+        if root in self.children:
+            return True
+        children: dict[Hashable, list[tuple[Any, Hashable]]] = {}
+        statuses: dict[Hashable, int] = {root: status}
+        queue = deque([(root, state, done)])
+        seen = {root}
+        while queue:
+            key, st, marks = queue.popleft()
+            if statuses[key] != LIVE:
+                children[key] = []
+                continue
+            edges = []
+            for action in st.all_applicable_actions(self._kb_rules, self._constants):
+                child = st.copy()
+                child.apply(action)
+                child_marks, child_status = self.rules.advance(marks, child)
+                child_key = node_key(child, child_marks)
+                if child_key == key:
+                    continue  # look, examine, inventory: no change
+                edges.append((action, child_key))
+                if child_key in seen or child_key in self.children:
+                    continue
+                if len(seen) >= self.max_states:
+                    logger.debug("state graph over %d states; oracle is heuristic", self.max_states)
+                    return False
+                seen.add(child_key)
+                statuses[child_key] = child_status
+                queue.append((child_key, child, child_marks))
+            children[key] = edges
+        self.children.update(children)
+        self.status.update(statuses)
+        self._distances()
+        return True
+
+    def _distances(self) -> None:
+        parents: dict[Hashable, list[Hashable]] = {}
+        for key, edges in self.children.items():
+            for _, child in edges:
+                parents.setdefault(child, []).append(key)
+        dist = {k: 0 for k, s in self.status.items() if s == WON}
+        queue = deque(dist)
+        while queue:
+            key = queue.popleft()
+            for parent in parents.get(key, ()):
+                if parent not in dist:
+                    dist[parent] = dist[key] + 1
+                    queue.append(parent)
+        self.dist = dist
+
+    def lookup(
+        self, state: Any, done: tuple[bool, ...], status: int
+    ) -> tuple[int, list[Any]] | None:
+        """``(cost to go, optimal actions)`` from a state, or None if the graph cannot hold it."""
+        key = node_key(state, done)
+        if key not in self.children and not self.explore(state, done, status):
+            return None
+        cost = self.dist.get(key, UNREACHABLE)
+        if cost in (0, UNREACHABLE):
+            return cost, []
+        best = [a for a, child in self.children[key] if self.dist.get(child) == cost - 1]
+        return cost, best

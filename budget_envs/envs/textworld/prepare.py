@@ -1,0 +1,144 @@
+"""Pre-generate TextWorld games into the cache (``budgetmix prepare textworld ...``).
+
+Envs generate a game the first time it is played; preparing a set beforehand keeps the first
+episodes fast and lets a cluster share one cache directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from budget_envs.envs.textworld import generate as gen
+
+__all__ = ["PreparedGame", "cli_main", "prepare"]
+
+#: Names accepted for ``family`` besides the generator's own (the env ids' spelling).
+_ALIASES = {
+    "textworld": "custom",
+    "coincollector": "coin_collector",
+    "treasurehunter": "treasure_hunter",
+}
+
+
+@dataclass(frozen=True)
+class PreparedGame:
+    """The outcome for one game: its path, or the error that stopped it."""
+
+    family: str
+    level: int
+    seed: int
+    path: Path | None
+    error: str | None
+    seconds: float
+    cached: bool
+
+
+def _families(family: str) -> list[str]:
+    if not isinstance(family, str):
+        raise TypeError(f"family must be a str, got {family!r}")
+    name = family.strip().lower().replace("-", "_")
+    if name == "all":
+        return list(gen.FAMILIES)
+    name = _ALIASES.get(name.replace("_", ""), name)
+    if name not in gen.FAMILIES:
+        raise ValueError(f"family must be one of {list(gen.FAMILIES) + ['all']}, got {family!r}")
+    return [name]
+
+
+def prepare(
+    family: str,
+    levels: Sequence[int] | None = None,
+    seeds: int | Sequence[int] = 10,
+    cache_dir: str | os.PathLike | None = None,
+    progress: Callable[[int, int, PreparedGame], None] | None = None,
+    *,
+    timeout: float = 300.0,
+    jobs: int = 1,
+) -> list[PreparedGame]:
+    """Generate every (level, seed) game of ``family`` ("all" for every family) into the cache.
+
+    ``levels`` defaults to the family's graded set; ``seeds`` is a count (``0..n-1``, what the
+    envs play by default) or a list. ``progress(done, total, record)`` is called after each game.
+    Failures are recorded, not raised, so one bad seed does not stop a long run.
+    """
+    if isinstance(seeds, bool) or not isinstance(seeds, (int, list, tuple)):
+        raise TypeError(f"seeds must be a count or a list of ints, got {seeds!r}")
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
+    if not seed_list:
+        raise ValueError(f"seeds must name at least one seed, got {seeds!r}")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
+    specs = []
+    for fam in _families(family):
+        fam_levels = gen.family_levels(fam) if levels is None else list(levels)
+        for level in fam_levels:
+            gen.level_settings(fam, level)  # raises ValueError on a bad level
+            specs.extend(gen.GameSpec(fam, level, s) for s in seed_list)
+
+    def one(spec: gen.GameSpec) -> PreparedGame:
+        cached = gen.is_cached(spec, cache_dir)
+        start = time.perf_counter()
+        try:
+            path, error = gen.ensure_game(spec, cache_dir, timeout), None
+        except gen.GenerationError as exc:
+            path, error = None, str(exc)
+        return PreparedGame(
+            spec.family, spec.level, spec.seed, path, error, time.perf_counter() - start, cached
+        )
+
+    results: list[PreparedGame] = []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for record in pool.map(one, specs):
+            results.append(record)
+            if progress is not None:
+                progress(len(results), len(specs), record)
+    return results
+
+
+def cli_main(argv: Sequence[str] | None = None) -> int:
+    """``budgetmix prepare textworld``: generate games and print one line per game."""
+    parser = argparse.ArgumentParser(
+        prog="budgetmix prepare textworld", description="Pre-generate TextWorld games."
+    )
+    parser.add_argument(
+        "--family",
+        default="all",
+        help="custom, coin_collector, treasure_hunter, cooking or all (default: all)",
+    )
+    parser.add_argument("--levels", type=int, nargs="+", default=None, help="default: graded set")
+    parser.add_argument("--seeds", type=int, default=10, help="games per level (default: 10)")
+    parser.add_argument("--cache-dir", default=None, help="default: $BUDGET_ENVS_CACHE/textworld")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per game")
+    parser.add_argument("--jobs", type=int, default=max(1, os.cpu_count() or 1))
+    args = parser.parse_args(argv)
+
+    def report(done: int, total: int, record: PreparedGame) -> None:
+        if record.error:
+            status = "failed: " + record.error
+        else:
+            status = "cached" if record.cached else "made"
+        print(
+            f"[{done}/{total}] {record.family} level {record.level} seed {record.seed}: {status} "
+            f"({record.seconds:.1f} s)",
+            flush=True,
+        )
+
+    results = prepare(
+        args.family,
+        args.levels,
+        args.seeds,
+        args.cache_dir,
+        report,
+        timeout=args.timeout,
+        jobs=args.jobs,
+    )
+    failed = [r for r in results if r.error]
+    ready = len(results) - len(failed)
+    print(f"{ready} of {len(results)} games ready in {gen.cache_root(args.cache_dir)}")
+    return 1 if failed else 0
