@@ -24,6 +24,7 @@ FAMILY_KEYS: dict[str, str] = {
     "tools": "list[dict]: the OpenAI tools schema (tool use).",
     "purchase": "dict: the purchase record in WebShop's field names (web shop, at buy).",
     "turn": "int: actions executed by the bare env since reset (invalid ones included).",
+    "gamefile": "str: path of the game file being played (ALFWorld: the game.tw-pddl file).",
 }
 
 #: Keys added by the wrappers in :mod:`budget_envs.wrappers`.

@@ -85,5 +85,13 @@ ENV_TABLE: tuple[EnvEntry, ...] = (
         "(levels 1-6, 3 to ~35 turns)",
         kwargs={},
         requires="textworld",
+    ),    EnvEntry(
+        id="BudgetMix/ALFWorld-v0",
+        entry_point="budget_envs.envs.alfworld:AlfWorldEnv",
+        default_budget=50,
+        description="ALFWorld household tasks (6 types) on alfworld's PDDL engine: generated "
+        "tasks by default, real datasets via data_dir",
+        kwargs={},
+        requires="alfworld",
     ),
 )

@@ -1,0 +1,510 @@
+"""ALFWorld games on textworld's PDDL engine, with the slow parts memoised.
+
+:class:`AlfredEngine` plays a ``game.tw-pddl`` file the way alfworld's ``AlfredTWEnv`` does
+(textworld's ``PddlEnv`` + ``AlfredDemangler`` + ``AlfredInfos``): same domain, grammar, Fast
+Downward state and text derivations, hence the same observations and admissible commands. What
+it adds is caching, none of which changes a byte of output:
+
+* the PDDL->SAS translation (four per load+reset upstream) is memoised in a bounded LRU keyed by
+  the domain and problem text; the parsed grammar likewise;
+* a command whose template only reads static facts (e.g. ``go to`` reads ``receptacleatlocation``,
+  which no action changes) is derived once per game and reused; the intro text is derived once.
+
+:func:`reference_env` builds alfworld's own path for tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import sys
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from budget_envs.envs.alfworld import _deps
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["AlfredEngine", "GameFileError", "reference_env", "clear_caches"]
+
+#: Bounds of the caches (entries). A large scene's translation holds a few MB.
+TRANSLATION_CACHE_SIZE = 32
+LOGIC_CACHE_SIZE = 16
+GAME_CACHE_SIZE = 64
+
+_TRANSLATE_LOCK = threading.Lock()
+
+
+class GameFileError(ValueError):
+    """A game file that cannot be played: the message names the file and the cause."""
+
+
+class _LRU(OrderedDict):
+    def __init__(self, maxsize: int) -> None:
+        super().__init__()
+        self.maxsize = maxsize
+
+    def get_or(self, key: Any, make) -> Any:
+        if key in self:
+            self.move_to_end(key)
+            return self[key]
+        value = make()
+        self[key] = value
+        while len(self) > self.maxsize:
+            self.popitem(last=False)
+        return value
+
+
+_TRANSLATIONS = _LRU(TRANSLATION_CACHE_SIZE)
+_LOGICS = _LRU(LOGIC_CACHE_SIZE)
+_GAMES = _LRU(GAME_CACHE_SIZE)
+
+
+def clear_caches() -> None:
+    """Drop every memoised translation, grammar and per-game cache."""
+    _TRANSLATIONS.clear()
+    _LOGICS.clear()
+    _GAMES.clear()
+
+
+def _key(*texts: str) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode("utf-8", "surrogatepass"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+@dataclass
+class _Translation:
+    task: Any
+    sas: str
+    sas_replan: str | None
+    init_facts: list
+    types: list
+    dynamic_predicates: frozenset
+    name2type: dict
+    first_state_facts: list | None = None
+
+
+def _translate(domain: str, problem: str) -> _Translation:
+    """Both SAS translations of a problem (plain and optimised), memoised."""
+
+    def make() -> _Translation:
+        import fast_downward  # noqa: PLC0415 (lazy heavy import)
+        from textworld.logic import Proposition, Variable  # noqa: PLC0415
+
+        argv = sys.argv
+        with _TRANSLATE_LOCK:
+            try:
+                task, sas = fast_downward.pddl2sas(domain, problem, verbose=False)
+            finally:
+                sys.argv = argv
+        name2type = {o.name: o.type_name for o in task.objects}
+        pddl = fast_downward.translate.pddl
+        facts = []
+        for atom in task.init:
+            if isinstance(atom, pddl.conditions.Atom):
+                if atom.predicate == "=":
+                    continue
+                facts.append(Proposition(atom.predicate,
+                                         [Variable(a, name2type[a]) for a in atom.args]))
+            elif isinstance(atom, pddl.f_expression.Assign):
+                if atom.fluent.symbol == "total-cost":
+                    continue
+                name = str(atom.expression.value)
+                if name.isdigit():
+                    continue
+                facts.append(Proposition(name, [Variable(a, name2type[a]) for a in atom.fluent.args]))
+        dynamic = set()
+        for action in task.actions:
+            for eff in action.effects:
+                dynamic.add(eff.literal.predicate.lower())
+        types = [(t.name, t.supertype_names) for t in task.types]
+        return _Translation(task, sas, None, facts, types, frozenset(dynamic), name2type)
+
+    return _TRANSLATIONS.get_or(_key(domain, problem), make)
+
+
+def _replan_sas(domain: str, problem: str, tr: _Translation) -> str:
+    """The optimised translation the planner searches (made only when a plan is asked for)."""
+    if tr.sas_replan is None:
+        import fast_downward  # noqa: PLC0415
+
+        argv = sys.argv
+        with _TRANSLATE_LOCK:
+            try:
+                _, tr.sas_replan = fast_downward.pddl2sas(domain, problem, verbose=False, optimize=True)
+            finally:
+                sys.argv = argv
+    return tr.sas_replan
+
+
+def _logic(domain: str, grammar: str) -> Any:
+    _, logic_mod = _deps.textworld_pddl()
+    return _LOGICS.get_or(_key(domain, grammar), lambda: logic_mod.GameLogic(domain=domain, grammar=grammar))
+
+
+def _new_state(lib: Any, tr: _Translation, logic: Any, problem: str) -> Any:
+    """A textworld ``PddlState`` built from a memoised translation (same facts, same lib state)."""
+    import textworld.logic  # noqa: PLC0415
+    from collections import Counter, defaultdict  # noqa: PLC0415
+
+    _, logic_mod = _deps.textworld_pddl()
+    state = logic_mod.PddlState.__new__(logic_mod.PddlState)
+    state._facts = defaultdict(set)
+    state._vars_by_name = {}
+    state._vars_by_type = defaultdict(set)
+    state._var_counts = Counter()
+    state._logic = logic
+    state.downward_lib = lib
+    state.pddl_problem = problem
+    state.task, state.sas, state.sas_replan = tr.task, tr.sas, tr.sas_replan
+    state._actions = {a.name: a for a in tr.task.actions}
+    for name, supers in tr.types:
+        try:
+            logic.types.add(textworld.logic.Type(name, supers))
+        except ValueError:
+            pass
+    lib.load_sas(tr.sas.encode("utf-8"))
+    state.name2type = tr.name2type
+    state.add_facts(tr.init_facts)
+    if tr.first_state_facts is None:
+        size = lib.get_state_size()
+        atoms = (logic_mod.Atom * size)()
+        lib.get_state(atoms)
+        facts = [a.get_fact(tr.name2type) for a in atoms]
+        tr.first_state_facts = [f for f in facts if not f.is_negation]
+    state.add_facts(tr.first_state_facts)
+    return state
+
+
+class _Deriver:
+    """textworld's context-sensitive grammar derivation, with parses memoised and no deep copies.
+
+    Same algorithm and the same symbol classes as ``ContextSensitiveGrammar.derive`` (first
+    applicable rule, conditional queries in ``all_assignments`` order, list display with the
+    grammar's separators), so the text is identical; it only skips re-parsing the same strings
+    with TatSu and deep-copying contexts that derivation never mutates.
+    """
+
+    def __init__(self) -> None:
+        import textworld.envs.pddl.textgen as textgen  # noqa: PLC0415
+        from textworld.logic import Rule  # noqa: PLC0415
+
+        self._tg = textgen
+        self._rule = Rule
+        self._starts: dict[str, list] = {}
+        self._queries: dict[str, Any] = {}
+        self._eval_globals = vars(textgen)
+
+    def _query_rule(self, text: str) -> Any:
+        rule = self._queries.get(text)
+        if rule is None:
+            rule = self._queries[text] = self._rule.parse_conjunctive_query(text)
+        return rule
+
+    def derive(self, grammar: Any, start: str, context: dict) -> str:
+        tg = self._tg
+        symbols = self._starts.get(start)
+        if symbols is None:
+            symbols = self._starts[start] = tg._parse_and_convert(start, rule_name="symbols")
+        stack = [(sym, context) for sym in reversed(symbols)]
+        out: list[str] = []
+        while stack:
+            sym, ctx = stack.pop()
+            if isinstance(sym, tg.TerminalSymbol):
+                out.append(str(sym))
+            elif isinstance(sym, tg.NonterminalSymbol):
+                stack.extend((s, ctx) for s in reversed(self._replace(grammar, sym, ctx)))
+            elif isinstance(sym, (tg.ConditionalSymbol, tg.EvalSymbol, tg.ListSymbol)):
+                stack.extend(reversed(self._expand(sym, ctx)))
+            else:
+                raise NotImplementedError(f"Unknown symbol: {type(sym)}")
+        return "".join(out)
+
+    def _replace(self, grammar: Any, sym: Any, ctx: dict) -> list:
+        rules = grammar._rules.get(str(sym))
+        if not rules:
+            raise self._tg.CSGUnknownSymbolError(sym)
+        state = ctx["state"]
+        for rule in rules:
+            if not rule.condition:
+                return rule.rhs
+            if any(True for _ in state.all_assignments(self._query_rule(rule.condition), ctx["mapping"])):
+                return rule.rhs
+        raise IndexError("list index out of range")  # what upstream raises when no rule applies
+
+    def _expand(self, sym: Any, ctx: dict) -> list:
+        tg = self._tg
+        if isinstance(sym, tg.EvalSymbol):
+            local = dict(ctx["variables"])
+            local["self"], local["context"] = sym, ctx
+            return [(tg.TerminalSymbol(eval(sym.expression, self._eval_globals, local)), ctx)]
+        if isinstance(sym, tg.ConditionalSymbol):
+            if not sym.given:
+                return [(sym.expression, _copy_ctx(ctx))]
+            out = []
+            infos = ctx["entity_infos"]
+            for mapping in ctx["state"].all_assignments(self._query_rule(sym.given), ctx["mapping"]):
+                new = _copy_ctx(ctx)
+                new["variables"].update({ph.name: infos[var.name] for ph, var in mapping.items()})
+                new["mapping"].update(mapping)
+                out.append((sym.expression, new))
+            return out
+        # ListSymbol: expand the inner symbol, then display the items as a list.
+        items = self._expand(sym.symbol, ctx) if not isinstance(sym.symbol, tg.TerminalSymbol) else [(sym.symbol, ctx)]
+        if len(items) == 0:
+            return [(tg.NonterminalSymbol("list_empty"), ctx)]
+        if len(items) == 1:
+            return items
+        sep = (tg.NonterminalSymbol("list_separator"), ctx)
+        last = (tg.NonterminalSymbol("list_last_separator"), ctx)
+        out = []
+        for item in items[:-1]:
+            out.extend((item, sep))
+        out[-1] = last
+        out.append(items[-1])
+        return out
+
+
+def _copy_ctx(ctx: dict) -> dict:
+    return {
+        "state": ctx["state"],
+        "facts": ctx["facts"],
+        "variables": dict(ctx["variables"]),
+        "mapping": dict(ctx["mapping"]),
+        "entity_infos": ctx["entity_infos"],
+    }
+
+
+_DERIVER: list = []
+
+
+def _deriver() -> _Deriver:
+    if not _DERIVER:
+        _DERIVER.append(_Deriver())
+    return _DERIVER[0]
+
+
+_PREDICATE = re.compile(r"([A-Za-z_][\w-]*)\s*\(")
+
+
+@dataclass
+class _GameCache:
+    """What never changes within one game: entity names, the intro, static commands."""
+
+    data: dict
+    entity_infos: dict | None = None
+    intro: str | None = None
+    static_actions: dict = field(default_factory=dict)  # action name -> placeholders read, or None
+    commands: dict = field(default_factory=dict)  # (action name, args) -> command text
+
+
+def _read_game(path: str) -> dict:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise GameFileError(f"{path}: game file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise GameFileError(f"{path}: not a readable JSON game file ({exc})") from exc
+    if not isinstance(data, dict):
+        raise GameFileError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    missing = [k for k in ("pddl_domain", "grammar", "pddl_problem") if not isinstance(data.get(k), str)]
+    if missing:
+        raise GameFileError(f"{path}: missing or non-text keys {missing}")
+    return data
+
+
+class AlfredEngine:
+    """Plays ALFWorld game files; one Fast Downward library copy per engine (not thread-safe)."""
+
+    def __init__(self) -> None:
+        _deps.textworld_pddl()  # a clear install hint if fast_downward is missing
+        import fast_downward  # noqa: PLC0415
+
+        self._lib = fast_downward.load_lib()
+        self.path: str | None = None
+        self._game: _GameCache | None = None
+        self._state = None
+        self._replan_loaded = None
+        self._tr: _Translation | None = None
+        self._actions: list = []
+        self._commands: list[str] = []
+        self.admissible: list[str] = []
+        self.feedback = ""
+        self.won = False
+
+    # ---------------------------------------------------------------- loading
+    def load(self, path: str) -> str:
+        """Load ``path`` and reset it; returns the intro text."""
+        game = _GAMES.get_or(path, lambda: _GameCache(_read_game(path)))
+        data = game.data
+        try:
+            logic = _logic(data["pddl_domain"], data["grammar"])
+        except Exception as exc:
+            raise GameFileError(f"{path}: the grammar or domain does not parse ({exc})") from exc
+        try:
+            tr = _translate(data["pddl_domain"], data["pddl_problem"])
+        except KeyError as exc:
+            raise GameFileError(
+                f"{path}: the PDDL problem uses an undeclared object or constant {exc} "
+                "(or its goal cannot be satisfied by any declared object)"
+            ) from exc
+        except SystemExit as exc:
+            raise GameFileError(f"{path}: the PDDL does not translate (exit {exc.code})") from exc
+        except Exception as exc:
+            raise GameFileError(f"{path}: the PDDL does not translate ({type(exc).__name__}: {exc})") from exc
+        self.path, self._game, self._tr, self._logic = path, game, tr, logic
+        try:
+            self._state = _new_state(self._lib, tr, logic, data["pddl_problem"])
+        except KeyError as exc:  # upstream's "KeyError: 'val1'": the translator proved the goal unreachable
+            self.path = self._game = None
+            raise GameFileError(
+                f"{path}: unsolvable game: no state reachable from the initial one satisfies the "
+                f"goal (the PDDL translation yields the placeholder {exc})"
+            ) from exc
+        if game.entity_infos is None:
+            game.entity_infos = self._entity_infos()
+            for name, action in logic.actions.items():
+                used = {p.lower() for p in _PREDICATE.findall(action.template)}
+                if used & tr.dynamic_predicates:
+                    game.static_actions[name] = None
+                else:  # the command depends only on the placeholders its template names
+                    words = set(re.findall(r"[A-Za-z_]\w*", action.template))
+                    game.static_actions[name] = words
+        self.won = bool(self._state.check_goal())
+        if game.intro is None:
+            game.intro = _deriver().derive(logic.grammar, "#intro#", self._context({}, {}))
+        self.feedback = game.intro
+        self._refresh()
+        return self.feedback
+
+    def _entity_infos(self) -> dict:
+        from textworld.generator.game import EntityInfo  # noqa: PLC0415
+
+        misc = _deps.alfworld_module("alfworld.agents.utils.misc")
+        infos = {v.name: EntityInfo(v.name, v.type) for fact in self._state.facts for v in fact.arguments}
+        for info in infos.values():
+            info.name = info.id
+            info.definite = "the"
+            info.indefinite = "a"
+        demangler = misc.Demangler(game_infos=infos, shuffle=False)
+        for info in infos.values():
+            info.name = demangler.demangle_alfred_name(info.id)
+        return infos
+
+    def _context(self, variables: dict, mapping: dict, facts: list | None = None) -> dict:
+        return {
+            "state": self._state,
+            "facts": list(self._state.facts) if facts is None else facts,
+            "variables": variables,
+            "mapping": mapping,
+            "entity_infos": self._game.entity_infos,
+        }
+
+    # ---------------------------------------------------------------- playing
+    def _refresh(self) -> None:
+        """Recompute the valid actions and admissible commands (as ``PddlEnv`` does)."""
+        game, infos = self._game, self._game.entity_infos
+        actions = list(self._state.all_applicable_actions())
+        names = {k: info.name for k, info in infos.items()}
+        commands = []
+        deriver = _deriver()
+        facts = None
+        for action in actions:
+            used = game.static_actions.get(action.name)
+            key = None
+            cmd = None
+            if used is not None:
+                key = (action.name,) + tuple(
+                    (ph.name, var.name) for ph, var in action.mapping.items() if ph.name in used)
+                cmd = game.commands.get(key)
+            if cmd is None:
+                if facts is None:
+                    facts = list(self._state.facts)
+                variables = {ph.name: infos[var.name] for ph, var in action.mapping.items()}
+                ctx = self._context(variables, action.mapping, facts)
+                action.command_template = deriver.derive(self._logic.grammar, action.command_template, ctx)
+                cmd = action.format_command(names)
+                if key is not None:
+                    game.commands[key] = cmd
+            else:
+                action.command_template = cmd
+            commands.append(cmd)
+        self._actions, self._commands = actions, commands
+        self.admissible = sorted(set(commands))
+
+    def step(self, command: str) -> str:
+        """Apply an admissible command; anything else gives ``Nothing happens.``"""
+        command = command.strip()
+        try:
+            idx = self._commands.index(command)
+        except ValueError:
+            self.feedback = "Nothing happens."
+            return self.feedback
+        action = self._actions[idx]
+        self._state.apply(action)
+        variables = {ph.name: self._game.entity_infos[var.name] for ph, var in action.mapping.items()}
+        self.feedback = _deriver().derive(
+            self._logic.grammar, action.feedback_rule, self._context(variables, action.mapping))
+        self.won = bool(self._state.check_goal())
+        self._refresh()
+        return self.feedback
+
+    def is_admissible(self, command: str) -> bool:
+        return command.strip() in self._commands
+
+    # ---------------------------------------------------------------- oracle support
+    def facts(self) -> list:
+        """Human-readable facts (what ``EnvInfos(facts=True)`` gives), for the handcoded expert."""
+        from textworld.logic import Proposition, Variable  # noqa: PLC0415
+
+        infos = self._game.entity_infos
+        out = []
+        for fact in self._state.facts:
+            args = [Variable(infos[v.name].name or infos[v.name].id, v.type) for v in fact.arguments]
+            out.append(Proposition(fact.name, args))
+        return out
+
+    def plan(self) -> list[str] | None:
+        """Fast Downward's plan from the current state as commands; None if it finds none."""
+        if self.won:
+            return []
+        if self._replan_loaded is not self._state:
+            data = self._game.data
+            sas = _replan_sas(data["pddl_domain"], data["pddl_problem"], self._tr)
+            self._state.sas_replan = sas
+            self._lib.load_sas_replan(sas.encode("utf-8"))
+            self._replan_loaded = self._state
+        commands = self._state.replan(self._game.entity_infos)
+        if not commands:
+            return None
+        return commands
+
+    def state_facts(self) -> frozenset:
+        """The raw fact set (for fault bookkeeping and tests)."""
+        return frozenset(self._state.facts)
+
+
+def reference_env(gamefile: str, facts: bool = False) -> Any:
+    """alfworld's own path on one game: ``textworld.gym`` + AlfredDemangler + AlfredInfos.
+
+    This is what ``AlfredTWEnv.init_env`` builds (synchronous, batch of one). Returns the gym env;
+    ``reset()`` gives ``([obs], infos)`` and ``step([cmd])`` gives ``([obs], scores, dones, infos)``.
+    """
+    import textworld  # noqa: PLC0415
+    import textworld.gym  # noqa: PLC0415
+
+    tw_env = _deps.alfworld_module("alfworld.agents.environment.alfred_tw_env")
+    request = textworld.EnvInfos(won=True, admissible_commands=True, facts=facts, extras=["gamefile"])
+    env_id = textworld.gym.register_games(
+        [gamefile], request, batch_size=1, asynchronous=False, max_episode_steps=10**6,
+        wrappers=[tw_env.AlfredDemangler(shuffle=False), tw_env.AlfredInfos],
+    )
+    return textworld.gym.make(env_id)

@@ -1,0 +1,325 @@
+"""``BudgetMix/ALFWorld-v0``: ALFWorld's text games on alfworld's real PDDL engine."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from budget_envs.core import InvalidAction, TextAgentEnv
+from budget_envs.envs.alfworld import generate
+from budget_envs.envs.alfworld.engine import AlfredEngine, GameFileError
+from budget_envs.envs.alfworld.oracle import ExpertError, HandcodedOracle, ModelOracle, PlanOracle
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["AlfWorldEnv", "default_cache_dir", "collect_game_files", "GameFileError", "ExpertError"]
+
+_ORACLES = ("model", "planner", "handcoded")
+_GOAL = re.compile(r"Your task is to: (.*?)\.?\s*$", re.S)
+
+
+def default_cache_dir() -> Path:
+    """``$BUDGET_ENVS_CACHE/alfworld``, else ``$XDG_CACHE_HOME/budget-envs/alfworld``, else ``~/.cache/...``."""
+    root = os.environ.get("BUDGET_ENVS_CACHE")
+    if root:
+        return Path(root).expanduser() / "alfworld"
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(xdg) / "budget-envs" / "alfworld"
+
+
+def collect_game_files(split_dir: str | os.PathLike, task_types: Sequence[str]) -> list[str]:
+    """Playable ``game.tw-pddl`` files under ``split_dir`` with alfworld's own skip rules.
+
+    Kept: folders with ``traj_data.json`` whose task type is wanted, whose path has neither
+    ``movable`` nor ``Sliced``, and whose game file exists with ``"solvable": true``. Sorted, so the
+    order does not depend on the file system.
+    """
+    games = []
+    for root, _dirs, files in os.walk(split_dir):
+        if "traj_data.json" not in files:
+            continue
+        if "movable" in root or "Sliced" in root:
+            continue
+        try:
+            with open(os.path.join(root, "traj_data.json")) as f:
+                task_type = json.load(f).get("task_type")
+        except (OSError, ValueError) as exc:
+            logger.warning("skipping %s: unreadable traj_data.json (%s)", root, exc)
+            continue
+        if task_type not in task_types:
+            continue
+        game = os.path.join(root, "game.tw-pddl")
+        if not os.path.exists(game):
+            continue
+        try:
+            with open(game) as f:
+                solvable = json.load(f).get("solvable")
+        except (OSError, ValueError) as exc:
+            logger.warning("skipping %s: unreadable game file (%s)", game, exc)
+            continue
+        if not solvable:
+            continue
+        games.append(game)
+    return sorted(games)
+
+
+class AlfWorldEnv(TextAgentEnv):
+    """ALFWorld household tasks (six task types) played through alfworld's TextWorld PDDL engine.
+
+    By default the tasks come from a seeded generator that writes them in ALFWorld's dataset layout
+    into a cache directory on first use; ``data_dir=`` (or ``$ALFWORLD_DATA``) plays a downloaded
+    ALFWorld dataset unchanged. Observations and admissible commands are byte-identical to
+    alfworld's own path (``AlfredTWEnv``); the engine memoises the slow parts.
+
+    Args:
+        split: ``"train"``, ``"valid_seen"`` or ``"valid_unseen"``.
+        task_types: task types to keep (ids 1-6 or names); all six by default.
+        data_dir: a real ALFWorld data root (holding ``json_2.1.1/``) or a split folder.
+        cache_dir: where generated tasks are written (default :func:`default_cache_dir`).
+        n_tasks: how many generated tasks the split has (default 600 / 240 / 240).
+        oracle: ``"model"`` (exact shortest plans; Fast Downward where a game does not fit the
+            model), ``"planner"`` (Fast Downward's plan) or ``"handcoded"`` (alfworld's expert).
+            ``cost_to_go`` always comes from the model (or the planner as fallback).
+
+    Snapshots use the base class's prefix replay (reload + replay; loads are cached, so it is cheap).
+    """
+
+    oracle_exact: bool = False
+    native_snapshot: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        *,
+        split: str = "train",
+        task_types: Sequence[int | str] | None = None,
+        data_dir: str | os.PathLike | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        n_tasks: int | None = None,
+        oracle: str = "model",
+        render_mode: str | None = None,
+        max_action_length: int | None = None,
+        max_observation_length: int | None = None,
+    ) -> None:
+        super().__init__(render_mode=render_mode, max_action_length=max_action_length,
+                         max_observation_length=max_observation_length)
+        if split not in generate.SPLITS:
+            raise ValueError(f"split must be one of {generate.SPLITS}, got {split!r}")
+        if oracle not in _ORACLES:
+            raise ValueError(f"oracle must be one of {_ORACLES}, got {oracle!r}")
+        if n_tasks is not None and (not isinstance(n_tasks, (int, np.integer)) or isinstance(n_tasks, bool)
+                                    or n_tasks < 1):
+            raise ValueError(f"n_tasks must be a positive int, got {n_tasks!r}")
+        names = list(generate.TASK_TYPES.values())
+        if task_types is None:
+            wanted = names
+        else:
+            if isinstance(task_types, (str, int)):
+                raise TypeError(f"task_types must be a sequence of ids or names, got {task_types!r}")
+            wanted = []
+            for t in task_types:
+                name = generate.TASK_TYPES.get(t) if isinstance(t, (int, np.integer)) else t
+                if name not in names:
+                    raise ValueError(f"unknown task type {t!r}; expected 1-6 or one of {names}")
+                wanted.append(name)
+            if not wanted:
+                raise ValueError("task_types must name at least one task type, got an empty list")
+        self.split = split
+        self.task_types = tuple(sorted(set(wanted), key=names.index))
+        self.oracle_kind = oracle
+        # Per game (set at each load): True when the exact model plays this game's oracle.
+        self.oracle_exact = False
+        self._n_tasks = int(n_tasks) if n_tasks is not None else generate.DEFAULT_TASKS[split]
+        self._split_dir: Path | None = None
+        if data_dir is not None:
+            self._split_dir = self._find_split(Path(data_dir).expanduser(), split, explicit=True)
+        elif os.environ.get("ALFWORLD_DATA"):
+            self._split_dir = self._find_split(Path(os.environ["ALFWORLD_DATA"]).expanduser(), split,
+                                               explicit=False)
+        self.source = "generated" if self._split_dir is None else "real"
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+        self._ids: list[str] | None = None
+        self._paths: dict[str, str] = {}
+        self._specs: dict[str, generate.TaskSpec] = {}
+        self._engine: AlfredEngine | None = None
+        self._oracle: Any = None
+        self._planner: PlanOracle | None = None
+        self._goal_text = ""
+
+    @staticmethod
+    def _find_split(root: Path, split: str, explicit: bool) -> Path | None:
+        for candidate in (root / "json_2.1.1" / split, root / split, root):
+            if candidate.is_dir() and (candidate != root or candidate.name == split):
+                return candidate
+        if explicit:
+            raise ValueError(
+                f"data_dir {str(root)!r} holds no ALFWorld split {split!r}: expected "
+                f"{str(root / 'json_2.1.1' / split)!r} (run alfworld-download, or omit data_dir "
+                "to play generated tasks)"
+            )
+        logger.warning("$ALFWORLD_DATA=%s holds no json_2.1.1/%s; playing generated tasks", root, split)
+        return None
+
+    # ------------------------------------------------------------------ tasks
+    @property
+    def task_ids(self) -> Sequence[str]:
+        if self._ids is None:
+            if self._split_dir is not None:
+                games = collect_game_files(self._split_dir, self.task_types)
+                if not games:
+                    raise ValueError(
+                        f"no playable {self.split} games for task types {list(self.task_types)} "
+                        f"under {str(self._split_dir)!r}"
+                    )
+                ids = []
+                for game in games:
+                    tid = f"{self.split}/" + os.path.relpath(os.path.dirname(game), self._split_dir)
+                    ids.append(tid)
+                    self._paths[tid] = game
+                self._ids = ids
+            else:
+                specs = [s for s in generate.task_specs(self.split, self._n_tasks)
+                         if s.task_type in self.task_types]
+                self._specs = {s.task_id: s for s in specs}
+                self._ids = [s.task_id for s in specs]
+        return self._ids
+
+    @property
+    def data_root(self) -> Path:
+        """The folder holding ``json_2.1.1/`` for the generated tasks of this env."""
+        return self.cache_dir / generate.GENERATOR_VERSION
+
+    def game_file(self, task_id: str) -> str:
+        """The ``game.tw-pddl`` path of ``task_id`` (generated tasks are written on first need)."""
+        self.task_ids  # noqa: B018 (fills the maps)
+        if task_id in self._paths:
+            return self._paths[task_id]
+        spec = self._specs.get(task_id)
+        if spec is None:
+            raise ValueError(f"unknown task id {task_id!r}")
+        path = generate.write_task(spec, str(self.data_root))
+        self._paths[task_id] = path
+        return path
+
+    # ------------------------------------------------------------------ hooks
+    def _load(self, task_id: str) -> str:
+        path = self.game_file(task_id)
+        if self._engine is None:
+            self._engine = AlfredEngine()
+        intro = self._engine.load(path)
+        if self._engine.won:
+            raise GameFileError(f"{path}: the goal already holds in the initial state (nothing to do)")
+        m = _GOAL.search(intro)
+        self._goal_text = m.group(1).strip() if m else ""
+        self._planner = PlanOracle(self._engine)
+        self._oracle = (HandcodedOracle(self._engine, path, seed_key=task_id)
+                        if self.oracle_kind == "handcoded" else None)
+        self._model = None
+        self._model_at = None
+        traj = os.path.join(os.path.dirname(path), "traj_data.json")
+        try:
+            with open(traj) as f:
+                data = json.load(f)
+            self._model = ModelOracle(data["task_type"], dict(data.get("pddl_params") or {}))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            logger.info("%s: no usable traj_data.json (%s); the planner is the oracle", path, exc)
+        self.won = self._engine.won
+        fits = self._model is not None and self._model_solve() is not None
+        if not fits:
+            self._model = None
+        self.oracle_exact = fits and self.oracle_kind == "model"
+        return intro
+
+    def _model_solve(self) -> tuple[int, list[str]] | None:
+        key = len(self._trace)
+        if self._model_at is None or self._model_at[0] != key or self._model_at[1] is not self._trace:
+            self._model_at = (key, self._trace, self._model.solve(self._engine))
+        return self._model_at[2]
+
+    def _execute(self, action: str) -> tuple[str, float]:
+        engine = self._engine
+        if not engine.is_admissible(action):
+            raise InvalidAction("Nothing happens.")
+        command = action.strip()
+        obs = engine.step(command)
+        self._after(command)
+        self.won = engine.won
+        return obs, 1.0 if engine.won else 0.0
+
+    def _after(self, command: str) -> None:
+        self._planner.executed(command)
+        if self._oracle is not None:
+            self._oracle.executed(command)
+
+    def _goal(self) -> str:
+        return self._goal_text
+
+    def _admissible(self) -> list[str]:
+        return [] if self._engine is None else list(self._engine.admissible)
+
+    def _extra_info(self) -> dict[str, Any]:
+        return {"gamefile": None if self._engine is None else self._engine.path}
+
+    # ------------------------------------------------------------------ oracle
+    def oracle_actions(self) -> list[str]:
+        """The oracle's next action (one optimal-by-its-lights action; empty once over)."""
+        self._require_reset()
+        if self._done:
+            return []
+        if self._oracle is not None:
+            return [self._oracle.next_action()]
+        if self.oracle_kind == "model" and self._model is not None:
+            solved = self._model_solve()
+            if solved is not None:
+                firsts = [a for a in solved[1] if self._engine.is_admissible(a)]
+                if firsts:
+                    return firsts
+                logger.warning("%s: the model's moves %s are not admissible; asking the planner",
+                               self._engine.path, solved[1])
+        return self._planner.plan()[:1]
+
+    def cost_to_go(self) -> int:
+        """Fewest turns to success from here (the model; Fast Downward's plan length as fallback)."""
+        self._require_reset()
+        if self.won:
+            return 0
+        if self._model is not None:
+            solved = self._model_solve()
+            if solved is not None:
+                return solved[0]
+        return len(self._planner.plan())
+
+    # ------------------------------------------------------------------ faults
+    def fault_kinds(self) -> tuple[str, ...]:
+        return ("perturb",)
+
+    def _inject_fault(self, kind: str, rng: np.random.Generator, action: str | None) -> str:
+        engine = self._engine
+        admissible = engine.admissible
+        held = [f.arguments[1].name for f in engine._state.facts if f.name == "holds"]
+        held_names = {engine._game.entity_infos[h].name for h in held}
+        options = {
+            "dropped": [c for c in admissible if c.startswith("move ")
+                        and any(c.startswith(f"move {h} to ") for h in held_names)],
+            "closed": [c for c in admissible if c.startswith("close ")],
+            "moved": [c for c in admissible if c.startswith("go to ")],
+        }
+        kinds = [k for k in ("dropped", "closed", "moved") if options[k]]
+        if not kinds:
+            return "You feel a little dizzy for a moment. " + self.no_effect_feedback()
+        which = kinds[int(rng.integers(len(kinds)))]
+        command = options[which][int(rng.integers(len(options[which])))]
+        feedback = engine.step(command)
+        self._after(command)
+        self.won = engine.won
+        lead = {
+            "dropped": "Oops, it slips from your hands.",
+            "closed": "A draught swings it shut.",
+            "moved": "You lose your bearings and wander off.",
+        }[which]
+        return f"{lead} {feedback}"
