@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # Extras the demo and the tests need; `all` adds the trainer stacks (torch, trl, ray[rllib]).
-EXTRAS ?= test,plots,ray,textworld
+EXTRAS ?= test,plots,ray,textworld,alfworld
 DEMO_OUT ?= demo_out
 
 .PHONY: setup system-deps demo test bench clean
