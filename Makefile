@@ -2,8 +2,10 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# Extras the demo and the tests need; `all` adds the trainer stacks (torch, trl, ray[rllib]).
-EXTRAS ?= test,plots,ray,textworld,alfworld
+# Extras the demo and the tests need (`all`). torch is installed first, pinned to the CPU build
+# 2.13.0: an unpinned torch pulled by trl would be a multi-GB CUDA build.
+EXTRAS ?= all
+TORCH ?= torch==2.13.0
 DEMO_OUT ?= demo_out
 
 .PHONY: setup system-deps demo test bench clean
@@ -11,6 +13,7 @@ DEMO_OUT ?= demo_out
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH)"
 	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
 	touch $@
 

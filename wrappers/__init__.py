@@ -2,6 +2,7 @@
 
 * :class:`BudgetWrapper` - the turn budget, drawn per episode, shown or hidden.
 * :class:`ErrorInjection` - seeded faults (slip, drop, garble and each family's own).
+* :class:`ProcessReward` - a per-turn progress signal from the oracle's cost-to-go.
 * Budget specs: :class:`Fixed`, :class:`Uniform`, :class:`Choice`, :class:`LogUniform`,
   :class:`Schedule` and :func:`parse_budget`.
 """
@@ -19,6 +20,7 @@ from budget_envs.wrappers.budget_spec import (
     parse_budget,
 )
 from budget_envs.wrappers.faults import GENERIC_KINDS, ErrorInjection
+from budget_envs.wrappers.process_reward import ProcessReward
 
 __all__ = [
     "BudgetSpec",
@@ -28,6 +30,7 @@ __all__ = [
     "Fixed",
     "GENERIC_KINDS",
     "LogUniform",
+    "ProcessReward",
     "Schedule",
     "Uniform",
     "VISIBILITIES",

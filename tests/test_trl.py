@@ -1,0 +1,269 @@
+"""TRL integration: GRPO through rollout_func on a real BudgetMix env, and the tool adapter.
+
+Runs on CPU with a tiny model built offline (HF_HUB_OFFLINE=1: nothing may touch the Hub).
+Needs the ``trl`` extra (torch 2.13 CPU, trl, transformers) and ``textworld``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import torch
+
+from budget_envs.integrations.tiny_model import (
+    build_tiny_model,
+    build_tiny_tokenizer,
+    warm_start,
+)
+from budget_envs.integrations.trl import (
+    BudgetExhausted,
+    BudgetMixRollout,
+    BudgetMixToolEnv,
+    EpisodeOver,
+    env_reward,
+    make_env_like,
+    make_prompt_dataset,
+    oracle_examples,
+    task_prompt,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL_ID = "BudgetMix/TextWorld-v0"
+REAL_KWARGS = {"level": 1, "seeds": 4}
+TOY = "BudgetMixTest/Toy-v0"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _offline():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        mp.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # small tensors: one thread is faster than two contending
+        yield
+        torch.set_num_threads(threads)
+
+
+def _grpo_config(tmp_path, **overrides):
+    from trl import GRPOConfig
+
+    kwargs = dict(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4,
+        max_completion_length=256, max_steps=2, learning_rate=1e-3, bf16=False, use_cpu=True,
+        report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True, seed=0,
+    )
+    kwargs.update(overrides)
+    return GRPOConfig(**kwargs)
+
+
+@pytest.fixture(scope="module")
+def real_setup():
+    """A rollout on TextWorld level 1 and a tiny model warm-started on its oracle episodes."""
+    rollout = BudgetMixRollout(
+        REAL_ID, budget=(3, 12), visibility="remaining", process_reward=0.1, seed=0,
+        env_kwargs=REAL_KWARGS, show_actions=False,
+    )
+    env = make_env_like(rollout.env)
+    corpus = []
+    for seed in range(4):
+        obs, info = env.reset(seed=seed)
+        corpus += [obs, *info["admissible_actions"], *env.unwrapped.oracle_actions()]
+    tok = build_tiny_tokenizer(corpus)
+    model = build_tiny_model(tok, seed=0)
+    examples = oracle_examples(rollout, tok, n_episodes=8, seed=0)
+    # Imitation until some episodes succeed: GRPO needs reward differences within a group.
+    losses = warm_start(model, examples, steps=100, batch_size=8, lr=5e-3, seed=0)
+    assert losses[-1] < losses[0] / 10
+    return rollout, tok, model
+
+
+def test_grpo_two_steps_on_real_env(real_setup, tmp_path):
+    from trl import GRPOTrainer
+
+    rollout, tok, model = real_setup
+    calls = []
+
+    def recording_rollout(prompts, trainer):
+        out = rollout(prompts, trainer)
+        calls.append((list(prompts), out))
+        return out
+
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=env_reward, args=_grpo_config(tmp_path),
+        train_dataset=make_prompt_dataset(rollout.env, 8, seed=0), processing_class=tok,
+        rollout_func=recording_rollout,
+    )
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer.train()
+    changed = [n for n, p in model.named_parameters() if not torch.equal(before[n], p.detach())]
+    assert changed, "no parameter changed in 2 GRPO steps"
+
+    assert len(calls) >= 2
+    budgets = set()
+    saw_env_tokens = False
+    for prompts, out in calls:
+        n = len(prompts)
+        for key in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "env_reward", "budget"):
+            assert len(out[key]) == n, key
+        for ids, mask, logps in zip(out["completion_ids"], out["env_mask"], out["logprobs"]):
+            assert len(ids) == len(mask) == len(logps) <= 256
+            assert set(mask) <= {0, 1} and mask[0] == 1
+            saw_env_tokens |= 0 in mask
+            assert all(lp <= 0.0 for lp in logps)
+        # Repeats of one prompt play one task.
+        assert len(set(prompts)) == n // 4
+        budgets.update(out["budget"])
+    assert saw_env_tokens, "env_mask never had a zero: no multi-turn episode"
+    assert len(budgets) > 1, f"budgets did not vary across episodes: {budgets}"
+    assert all(3 <= b <= 12 for b in budgets)
+
+
+def test_env_tokens_render_observation_with_budget(real_setup):
+    rollout, tok, model = real_setup
+    prompts = [task_prompt("custom-L1-s1")] * 2
+    episodes = rollout.play(prompts, model, tok, max_completion_length=512)
+    assert len(episodes) == 2
+    for ep in episodes:
+        assert ep.budget >= 3
+        env_part = [t for t, m in zip(ep.completion_ids, ep.env_mask) if m == 0]
+        if ep.turns > 1:
+            text = tok.decode(env_part)
+            assert "<|im_start|>user" in text and "Turns left:" in text
+        first = tok.decode(ep.prompt_ids)
+        assert "<|im_start|>system" in first and "Turns left:" in first
+
+
+def test_rollout_rows_match_prompts_and_draw_tasks(tmp_path):
+    tok = build_tiny_tokenizer(["go east take key open door"])
+    model = build_tiny_model(tok)
+    rollout = BudgetMixRollout(TOY, budget=(2, 5), seed=3, max_turn_tokens=4)
+    prompts = ["free prompt A"] * 3 + ["free prompt B"] * 3 + [task_prompt("toy-007")]
+    episodes = rollout.play(prompts, model, tok, max_completion_length=64)
+    assert len(episodes) == len(prompts)
+    assert all(len(e.completion_ids) <= 64 for e in episodes)
+    assert all(2 <= e.budget <= 5 for e in episodes)
+    # A random model rarely forms a valid command, but every turn is played and counted.
+    assert all(1 <= e.turns <= e.budget for e in episodes)
+
+
+def test_tool_env_budget_exhausted():
+    factory = BudgetMixToolEnv.factory(TOY, budget=2, visibility="remaining", seed=0)
+    env = factory()
+    first = env.reset(task_id="toy-003")
+    assert "Turns left: 2 of 2" in first and "Actions:" in first
+    reply = env.act(command="look")
+    assert "Turns left: 1 of 2" in reply
+    with pytest.raises(BudgetExhausted, match="Budget exhausted"):
+        env.act(command="look")
+    with pytest.raises(BudgetExhausted, match="no turns are left"):
+        env.act(command="look")
+    assert env.get_reward() == 0.0
+
+    # A won episode: further calls say the episode is over.
+    env = BudgetMixToolEnv.factory(TOY, budget=50, seed=0)()
+    env.reset(task_id="toy-003")
+    while True:
+        try:
+            env.act(command=env.env.unwrapped.oracle_actions()[0])
+        except BudgetExhausted:
+            pytest.fail("budget of 50 ran out on the oracle path")
+        if env.over:
+            break
+    assert env.over == "won" and env.get_reward() == 1.0
+    with pytest.raises(EpisodeOver, match="won"):
+        env.act(command="look")
+
+
+def test_tool_env_exposes_tooluse_tools():
+    """On the tool-use family every env tool is a typed method; the oracle plays through them."""
+    import inspect
+    import json
+
+    from transformers.utils import get_json_schema
+
+    factory = BudgetMixToolEnv.factory("BudgetMix/ToolUse-v0", budget=40, level=1, seed=0)
+    names = {n for n, _ in inspect.getmembers(factory, predicate=inspect.isfunction)
+             if not n.startswith("_")}
+    assert {"find_customer", "list_orders", "submit", "reset", "get_reward"} <= names
+    assert "act" not in names
+    env = factory()
+    schema = get_json_schema(env.list_orders)["function"]
+    assert schema["parameters"]["required"] == ["customer_id"]
+    env.reset()
+    while env.over is None:
+        call = json.loads(env.env.unwrapped.oracle_actions()[0])["tool_calls"][0]
+        getattr(env, call["name"])(**call["arguments"])
+    assert env.over == "won" and env.get_reward() == 1.0
+
+
+def test_tool_env_in_grpo_trainer(tmp_path):
+    """TRL accepts the adapter: it parses the tool schema and runs a step with it."""
+    from transformers.utils import get_json_schema
+    from trl import GRPOTrainer
+
+    schema = get_json_schema(BudgetMixToolEnv.act)
+    assert schema["function"]["name"] == "act"
+    assert "command" in schema["function"]["parameters"]["properties"]
+    tok = build_tiny_tokenizer(["go east"])
+    model = build_tiny_model(tok)
+    factory = BudgetMixToolEnv.factory(TOY, budget=(2, 4), seed=0)
+    from datasets import Dataset
+
+    data = Dataset.from_dict({
+        "prompt": [[{"role": "user", "content": "Solve the task with the act tool."}]] * 4,
+        "task_id": ["toy-001", "toy-001", "toy-002", "toy-002"],
+    })
+    trainer = GRPOTrainer(
+        model=model, args=_grpo_config(tmp_path, num_generations=2, per_device_train_batch_size=2,
+                                       max_completion_length=16, max_steps=1),
+        train_dataset=data, processing_class=tok, environment_factory=factory,
+    )
+    trainer.train()
+    assert trainer.state.global_step == 1
+
+
+def test_argument_checks():
+    with pytest.raises(ValueError, match="0"):
+        BudgetMixRollout(TOY, max_turn_tokens=0)
+    with pytest.raises(TypeError, match="42"):
+        BudgetMixRollout(42)
+    with pytest.raises(TypeError, match="env id"):
+        BudgetMixToolEnv()
+    with pytest.raises(ValueError, match="100"):
+        build_tiny_tokenizer(vocab_size=100)
+
+
+def test_imports_are_lazy():
+    code = (
+        "import sys, budget_envs, budget_envs.integrations.trl, budget_envs.integrations.rllib, "
+        "budget_envs.integrations.tiny_model\n"
+        "heavy = [m for m in ('torch', 'trl', 'transformers', 'ray') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
+
+
+def test_missing_extra_names_pip_extra(monkeypatch):
+    import gymnasium as gym
+
+    from budget_envs.integrations import trl as trl_integration
+
+    monkeypatch.setitem(sys.modules, "trl", None)
+    with pytest.raises(gym.error.DependencyNotInstalled, match=r"budget-envs\[trl\]"):
+        trl_integration._require()
+
+
+def test_smoke_example_exits_zero(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "trl_grpo_budgetmix.py"), "--smoke",
+         "--output-dir", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "done in" in proc.stdout
