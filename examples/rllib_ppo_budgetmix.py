@@ -22,13 +22,10 @@ import time
 
 
 def parse_budget(text: str):
-    """``"20"`` -> 20, ``"5-30"`` -> (5, 30), ``"10,20,40"`` -> [10, 20, 40]."""
-    if "," in text:
-        return [int(x) for x in text.split(",")]
-    if "-" in text:
-        lo, hi = text.split("-", 1)
-        return (int(lo), int(hi))
-    return int(text)
+    """The suite's budget spec parser ("20", "5-30", "10,20,40", "log:4..64")."""
+    from budget_envs.wrappers import parse_budget as parse
+
+    return parse(text)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -102,7 +102,7 @@ def prepare(
 
 
 def cli_main(argv: Sequence[str] | None = None) -> int:
-    """``budgetmix prepare textworld``: generate games and print one line per game."""
+    """``budgetmix prepare textworld``: generate games with a progress bar."""
     parser = argparse.ArgumentParser(
         prog="budgetmix prepare textworld", description="Pre-generate TextWorld games."
     )
@@ -118,26 +118,29 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=max(1, os.cpu_count() or 1))
     args = parser.parse_args(argv)
 
-    def report(done: int, total: int, record: PreparedGame) -> None:
-        if record.error:
-            status = "failed: " + record.error
-        else:
-            status = "cached" if record.cached else "made"
-        print(
-            f"[{done}/{total}] {record.family} level {record.level} seed {record.seed}: {status} "
-            f"({record.seconds:.1f} s)",
-            flush=True,
-        )
+    from tqdm import tqdm  # the CLI owns progress bars
 
-    results = prepare(
-        args.family,
-        args.levels,
-        args.seeds,
-        args.cache_dir,
-        report,
-        timeout=args.timeout,
-        jobs=args.jobs,
-    )
+    bar = tqdm(total=None, desc="textworld games", unit="game")
+
+    def report(done: int, total: int, record: PreparedGame) -> None:
+        bar.total = total
+        bar.set_postfix_str(f"{record.family} L{record.level} s{record.seed}", refresh=False)
+        bar.update(done - bar.n)
+        if record.error:
+            bar.write(f"{record.family} level {record.level} seed {record.seed}: failed: {record.error}")
+
+    try:
+        results = prepare(
+            args.family,
+            args.levels,
+            args.seeds,
+            args.cache_dir,
+            report,
+            timeout=args.timeout,
+            jobs=args.jobs,
+        )
+    finally:
+        bar.close()
     failed = [r for r in results if r.error]
     ready = len(results) - len(failed)
     print(f"{ready} of {len(results)} games ready in {gen.cache_root(args.cache_dir)}")
