@@ -451,7 +451,10 @@ def run_probe(job: ProbeJob, agent: Any, env: gym.Env) -> ProbeRecord:
         bind(unwrapped.oracle_actions)
     error = action = correct = progress = cost = None
     try:
-        agent.reset(env_id=job.env_id, observation=obs, info=_agent_info(info, True), seed=job.seed)
+        # The env replays the task's seed; the agent gets a seed of its own per probe state, so
+        # the probes of one task are independent draws rather than one draw repeated.
+        agent_seed = int(np.random.SeedSequence([job.seed, job.prefix_turns, 0x9B0BE]).generate_state(1)[0])
+        agent.reset(env_id=job.env_id, observation=obs, info=_agent_info(info, True), seed=agent_seed)
         done = False
         for _ in range(job.prefix_turns):
             best = unwrapped.oracle_actions()
