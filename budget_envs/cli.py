@@ -253,7 +253,7 @@ def cmd_prepare(args: argparse.Namespace, out: TextIO) -> int:
         print(f"budgetmix prepare: unknown family {args.family!r}; expected textworld or alfworld", file=sys.stderr)
         return 2
     return _dispatch(
-        f"budget_envs.envs.{family}.prepare", ("cli_main", "main"), args.rest,
+        f"budget_envs.envs.{family}.cli", ("prepare_main",), args.rest,
         f"prepare {family}", f'Install the family with pip install "budget-envs[{family}]".',
     )
 

@@ -7,18 +7,17 @@ once, which checks it end to end (the exact oracle must find a plan) at ~0.2-1 s
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 from budget_envs.envs.alfworld import generate
 from budget_envs.envs.alfworld.env import default_cache_dir
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["prepare", "cli_main"]
+__all__ = ["prepare"]
 
 
 def prepare(
@@ -62,36 +61,3 @@ def prepare(
             progress(i, len(specs))
     logger.info("prepared %d %s tasks under %s", len(paths), split, root)
     return paths
-
-
-def cli_main(argv: Sequence[str] | None = None) -> int:
-    """``budgetmix prepare alfworld [--split S] [--n N] [--cache-dir D] [--warm]``."""
-    parser = argparse.ArgumentParser(prog="budgetmix prepare alfworld",
-                                     description="Generate ALFWorld tasks into the cache.")
-    parser.add_argument("--split", choices=generate.SPLITS + ("all",), default="all")
-    parser.add_argument("--n", type=int, default=None, help="tasks per split (default: all)")
-    parser.add_argument("--cache-dir", default=None, help="default: %s" % default_cache_dir())
-    parser.add_argument("--warm", action="store_true", help="also load and solve every game")
-    args = parser.parse_args(argv)
-    splits = generate.SPLITS if args.split == "all" else (args.split,)
-    try:
-        from tqdm import tqdm  # noqa: PLC0415 (the CLI owns progress bars)
-    except ImportError:  # pragma: no cover
-        tqdm = None
-    for split in splits:
-        bar = tqdm(total=args.n or generate.DEFAULT_TASKS[split], desc=split) if tqdm else None
-
-        def progress(done: int, total: int, bar=bar) -> None:
-            if bar is not None:
-                bar.total = total
-                bar.update(done - bar.n)
-
-        paths = prepare(split, args.n, args.cache_dir, progress=progress, warm=args.warm)
-        if bar is not None:
-            bar.close()
-        print(f"{split}: {len(paths)} tasks in {Path(paths[0]).parents[3]}")
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(cli_main())
