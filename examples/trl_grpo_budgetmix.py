@@ -23,18 +23,11 @@ import tempfile
 import time
 
 
-def parse_budget(text: str):
-    """The suite's budget spec parser ("20", "5-30", "10,20,40", "log:4..64")."""
-    from budget_envs.wrappers import parse_budget as parse
-
-    return parse(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--env-id", default="BudgetMix/WebShop-v0")
     parser.add_argument("--env-kwargs", default='{"level": 1}', help="JSON constructor kwargs")
-    parser.add_argument("--budget", default="3-12", help='"T", "lo-hi" or "T1,T2,..."')
+    parser.add_argument("--budget", default="3-12", help='a budget spec: "T", "lo-hi", "T1,T2,..." or "log:lo..hi"')
     parser.add_argument("--visibility", default="remaining")
     parser.add_argument("--process-reward", type=float, default=0.1,
                         help="scale of the ProcessReward progress signal (0: plain reward)")
@@ -76,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.time()
     rollout = BudgetMixRollout(
         args.env_id,
-        budget=parse_budget(args.budget),
+        budget=args.budget,
         visibility=args.visibility,
         process_reward=args.process_reward or None,
         max_turn_tokens=args.max_turn_tokens,
