@@ -50,7 +50,9 @@ def test_step_ours(benchmark, games, size):
     env = AlfWorldEnv(split="valid_seen", cache_dir=cache)
     env.reset(options={"task_id": index})
     benchmark.group = f"alfworld-step-{size}"
-    benchmark.extra_info.update(compare=f"alfworld-step-{size}", role="ours", goal="<= 0.1 (10x faster)")
+    benchmark.extra_info.update(
+        compare=f"alfworld-step-{size}", role="ours", goal="<= 0.1 (10x faster)"
+    )
     benchmark.pedantic(_alternating(env.step, gos), rounds=40, warmup_rounds=2)
 
 
@@ -72,7 +74,9 @@ def test_reset_ours(benchmark, games, size):
     env = AlfWorldEnv(split="valid_seen", cache_dir=cache)
     env.reset(options={"task_id": index})
     benchmark.group = f"alfworld-reset-{size}"
-    benchmark.extra_info.update(compare=f"alfworld-reset-{size}", role="ours", goal="<= 0.2 (5x faster)")
+    benchmark.extra_info.update(
+        compare=f"alfworld-reset-{size}", role="ours", goal="<= 0.2 (5x faster)"
+    )
     benchmark.pedantic(lambda: env.reset(options={"task_id": index}), rounds=10, warmup_rounds=1)
 
 

@@ -20,12 +20,12 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
+from budget_envs.registry import ENV_TABLE
 
 import budget_envs  # noqa: F401  (registers the ids)
 from budget_envs.eval.agents import OracleAgent
 from budget_envs.eval.metrics import pass_at_kt
 from budget_envs.eval.runner import EpisodeJob, episode_seed, run_episode
-from budget_envs.registry import ENV_TABLE
 
 TASKS, SAMPLES, T_MAX = 10_000, 64, 200
 SUBSET = 20
@@ -55,8 +55,9 @@ def comb_loop(fs: np.ndarray, ks, ts) -> np.ndarray:
 
 
 def test_pass_at_kt_surface(benchmark, first_success):
-    benchmark.extra_info.update(compare="pass_at_kt_per_task", role="ours", calls=TASKS,
-                                goal="full surface < 1 s")
+    benchmark.extra_info.update(
+        compare="pass_at_kt_per_task", role="ours", calls=TASKS, goal="full surface < 1 s"
+    )
     surface = benchmark.pedantic(pass_at_kt, args=(first_success, KS, TS), rounds=5, iterations=1)
     assert surface.shape == (SAMPLES, T_MAX)
     benchmark.extra_info["full_surface_s"] = benchmark.stats.stats.min
@@ -65,7 +66,9 @@ def test_pass_at_kt_surface(benchmark, first_success):
 def test_math_comb_loop_subset(benchmark, first_success):
     subset = first_success[:SUBSET]
     benchmark.extra_info.update(compare="pass_at_kt_per_task", role="baseline", calls=SUBSET)
-    out = benchmark.pedantic(comb_loop, args=(subset, KS.tolist(), TS.tolist()), rounds=1, iterations=1)
+    out = benchmark.pedantic(
+        comb_loop, args=(subset, KS.tolist(), TS.tolist()), rounds=1, iterations=1
+    )
     assert np.allclose(out, pass_at_kt(subset, KS, TS), atol=1e-12)
     benchmark.extra_info["scaled_full_surface_s"] = benchmark.stats.stats.min * TASKS / SUBSET
 
@@ -95,8 +98,15 @@ def stack(request):
     n_tasks = len(env.unwrapped.task_ids)
     tasks = [int(i) for i in np.linspace(0, n_tasks - 1, EPISODES)]
     jobs = [
-        EpisodeJob(env_id=request.param, agent="oracle", task_index=t, task_id=env.unwrapped.task_ids[t],
-                   sample=0, seed=episode_seed(0, t, 0), budget=60)
+        EpisodeJob(
+            env_id=request.param,
+            agent="oracle",
+            task_index=t,
+            task_id=env.unwrapped.task_ids[t],
+            sample=0,
+            seed=episode_seed(0, t, 0),
+            budget=60,
+        )
         for t in tasks
     ]
     # The steps of each episode, for the replay path and the per-step figures.
@@ -143,7 +153,9 @@ def _replay(env, jobs, plans):
 
 def test_runner_oracle_episodes(benchmark, stack):
     env_id, env, jobs, plans, steps = stack
-    benchmark.extra_info.update(compare=f"runner_step[{env_id}]", role="ours", calls=steps, goal="< 1.10")
+    benchmark.extra_info.update(
+        compare=f"runner_step[{env_id}]", role="ours", calls=steps, goal="< 1.10"
+    )
     benchmark.pedantic(_runner, args=(env, jobs), rounds=10, iterations=1, warmup_rounds=1)
 
 

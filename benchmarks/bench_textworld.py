@@ -31,8 +31,13 @@ def _infos():
 
     # the same infos the env requests
     return textworld.EnvInfos(
-        admissible_commands=True, policy_commands=True, objective=True, max_score=True,
-        score=True, won=True, lost=True,
+        admissible_commands=True,
+        policy_commands=True,
+        objective=True,
+        max_score=True,
+        score=True,
+        won=True,
+        lost=True,
     )
 
 
@@ -62,8 +67,10 @@ def test_step_env(benchmark, game):
         for command in commands:
             env.step(command)
 
-    benchmark.extra_info.update(compare=f"textworld step {name}", role="ours", calls=STEPS,
-                                goal="<= 1.10")
+    benchmark.extra_info.update(
+        compare=f"textworld step {name}", role="ours", calls=STEPS, goal="<= 1.10"
+    )
+
     def setup():
         env.reset(seed=0)
 
@@ -84,6 +91,7 @@ def test_step_raw_textworld(benchmark, game):
             raw.step(command)
 
     benchmark.extra_info.update(compare=f"textworld step {name}", role="baseline", calls=STEPS)
+
     def setup():
         raw.reset()
 

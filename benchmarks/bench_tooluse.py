@@ -38,12 +38,15 @@ def _ids(env, prefix):
 def _bare_get_order(conn, oid):
     row = conn.execute(
         "SELECT o.id, o.day, o.status, o.address, o.note, o.cancel_reason, p.id, p.method, "
-        "p.amount_cents FROM orders o JOIN payments p ON p.order_id=o.id WHERE o.id=?", (oid,)
+        "p.amount_cents FROM orders o JOIN payments p ON p.order_id=o.id WHERE o.id=?",
+        (oid,),
     ).fetchone()
     items = conn.execute(
         "SELECT i.id, i.product_id, p.name, p.color, p.size, i.qty, i.price_cents, i.status, "
         "i.exchange_product_id FROM order_items i JOIN products p ON p.id=i.product_id "
-        "WHERE i.order_id=? ORDER BY i.rowid", (oid,)).fetchall()
+        "WHERE i.order_id=? ORDER BY i.rowid",
+        (oid,),
+    ).fetchall()
     return row, items
 
 
@@ -52,7 +55,9 @@ def _bare_list_orders(conn, cid):
         "SELECT o.id, o.day, o.status, p.amount_cents, "
         "(SELECT count(*) FROM order_items i WHERE i.order_id=o.id) "
         "FROM orders o JOIN payments p ON p.order_id=o.id WHERE o.customer_id=? "
-        "ORDER BY o.seq LIMIT ? OFFSET ?", (cid, 5, 0)).fetchall()
+        "ORDER BY o.seq LIMIT ? OFFSET ?",
+        (cid, 5, 0),
+    ).fetchall()
 
 
 def _bare_conn(env):
@@ -66,8 +71,9 @@ def test_get_order_step(benchmark, env_mid, role):
     """``get_order``: env.step (parse, check, query, JSON, info) vs the two bare queries."""
     orders = _ids(env_mid, "ord")[:4]
     benchmark.group = "tooluse-get-order"
-    benchmark.extra_info.update(compare="tooluse-get-order-step", role=role, calls=CALLS,
-                                goal=">= 5,000 env steps/s")
+    benchmark.extra_info.update(
+        compare="tooluse-get-order-step", role=role, calls=CALLS, goal=">= 5,000 env steps/s"
+    )
     if role == "baseline":
         conn = _bare_conn(env_mid)
         cycle = itertools.cycle(orders)
@@ -85,8 +91,9 @@ def test_list_orders_step(benchmark, env_mid, role):
     """``list_orders`` (first page): env.step vs the bare page query."""
     cid = _ids(env_mid, "cus")[0]
     benchmark.group = "tooluse-list-orders"
-    benchmark.extra_info.update(compare="tooluse-list-orders-step", role=role, calls=CALLS,
-                                goal=">= 5,000 env steps/s")
+    benchmark.extra_info.update(
+        compare="tooluse-list-orders-step", role=role, calls=CALLS, goal=">= 5,000 env steps/s"
+    )
     if role == "baseline":
         conn = _bare_conn(env_mid)
         run = lambda: [_bare_list_orders(conn, cid) for _ in range(CALLS)]  # noqa: E731
@@ -102,8 +109,9 @@ def test_invalid_json_step(benchmark, env_mid):
     """A malformed action: parse failure and feedback (no SQL)."""
     benchmark.group = "tooluse-invalid"
     step = env_mid.step
-    benchmark.pedantic(lambda: [step('{"tool_calls": [') for _ in range(CALLS)], rounds=20,
-                       warmup_rounds=2)
+    benchmark.pedantic(
+        lambda: [step('{"tool_calls": [') for _ in range(CALLS)], rounds=20, warmup_rounds=2
+    )
     benchmark.extra_info["per_second"] = CALLS / benchmark.stats.stats.min
 
 
@@ -118,8 +126,9 @@ def test_reset(benchmark, role, level):
     env = ToolUseEnv(level=level)
     env.reset(options={"task_id": 0})
     benchmark.group = f"tooluse-reset-L{level}"
-    benchmark.extra_info.update(compare=f"tooluse-reset-L{level}", role=role, calls=RESETS,
-                                goal=">= 500 resets/s")
+    benchmark.extra_info.update(
+        compare=f"tooluse-reset-L{level}", role=role, calls=RESETS, goal=">= 500 resets/s"
+    )
     if role == "baseline":
         template, target = env.world.template, sqlite3.connect(":memory:")
         run = lambda: [template.backup(target) for _ in range(RESETS)]  # noqa: E731

@@ -55,9 +55,12 @@ def test_bare_keepalive_get(benchmark, server):
 
 def test_env_step_over_http(benchmark, item_env):
     """One env.step (an option click on the item page) through the HTTP session API."""
-    options = [a for a in item_env.unwrapped._admissible_now
-               if a not in ("click[back to search]", "click[< prev]", "click[buy now]")
-               and not a.startswith("click[description")][:2]
+    options = [
+        a
+        for a in item_env.unwrapped._admissible_now
+        if a not in ("click[back to search]", "click[< prev]", "click[buy now]")
+        and not a.startswith("click[description")
+    ][:2]
     cycle = itertools.cycle(options)
     benchmark(lambda: item_env.step(next(cycle)))
     RESULTS["env_step"] = benchmark.stats.stats.median
@@ -67,9 +70,12 @@ def test_step_over_get_ratio_paired(benchmark, server, item_env):
     """The step/GET ratio from alternating pairs, so background load hits both sides alike."""
     http = requests.Session()
     url = server.base_url + "/api/info"
-    options = [a for a in item_env.unwrapped._admissible_now
-               if a not in ("click[back to search]", "click[< prev]", "click[buy now]")
-               and not a.startswith("click[description")][:2]
+    options = [
+        a
+        for a in item_env.unwrapped._admissible_now
+        if a not in ("click[back to search]", "click[< prev]", "click[buy now]")
+        and not a.startswith("click[description")
+    ][:2]
     cycle = itertools.cycle(options)
     walls: list[tuple[float, float]] = []
     cpus: list[tuple[float, float]] = []
@@ -95,16 +101,16 @@ def test_step_over_get_ratio_paired(benchmark, server, item_env):
     # thread together) does not, and bounds the wall ratio on an idle machine.
     RESULTS["step_over_get_paired"] = ratio(walls)
     RESULTS["step_over_get_cpu"] = ratio(cpus)
-    benchmark.extra_info.update(step_over_get_paired=ratio(walls),
-                                step_over_get_cpu=ratio(cpus))
+    benchmark.extra_info.update(step_over_get_paired=ratio(walls), step_over_get_cpu=ratio(cpus))
 
 
 def test_env_search_step_over_http(benchmark, server):
     """One search step plus the click back to the search page (two env steps)."""
     env = WebShopEnv(base_url=server.base_url, level=1)
     env.reset(options={"task_id": 0})
-    queries = itertools.cycle([get_shop(0).task(f"L3-{i:04d}").items[0].natural_query
-                               for i in range(20)])
+    queries = itertools.cycle(
+        [get_shop(0).task(f"L3-{i:04d}").items[0].natural_query for i in range(20)]
+    )
 
     def search_and_back():
         env.step(f"search[{next(queries)}]")
@@ -176,8 +182,10 @@ def _get_client(args):
 
 @pytest.fixture(scope="module")
 def server_process():
-    code = ("import sys; from budget_envs.envs.webshop.cli import serve_main; "
-            "sys.exit(serve_main(['--port', '0']))")
+    code = (
+        "import sys; from budget_envs.envs.webshop.cli import serve_main; "
+        "sys.exit(serve_main(['--port', '0']))"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     url = proc.stdout.readline().strip().split(" at ")[-1]
     yield url, proc.pid
@@ -212,10 +220,14 @@ def test_steps_per_second_several_clients(benchmark, server_process, clients):
     get_rate = sum(n for n, _ in gets) / max(t for _, t in gets)
     # CPU seconds (server + clients) per step: the rate two otherwise idle cores would reach
     idle_rate = 2.0 / cpu["per_step"]
-    benchmark.extra_info.update(steps_per_s=rate, bare_gets_per_s=get_rate, clients=clients,
-                                cpu_ms_per_step=cpu["per_step"] * 1000,
-                                steps_per_s_two_idle_cores=idle_rate,
-                                load_average=os.getloadavg()[0])
+    benchmark.extra_info.update(
+        steps_per_s=rate,
+        bare_gets_per_s=get_rate,
+        clients=clients,
+        cpu_ms_per_step=cpu["per_step"] * 1000,
+        steps_per_s_two_idle_cores=idle_rate,
+        load_average=os.getloadavg()[0],
+    )
     RESULTS["steps_per_s"] = rate
     RESULTS["gets_per_s"] = get_rate
     RESULTS["cpu_ms_per_step"] = cpu["per_step"] * 1000
@@ -229,6 +241,12 @@ def test_report(benchmark):
     if "bare_get" in RESULTS and "env_step" in RESULTS:
         RESULTS["step_over_get"] = RESULTS["env_step"] / RESULTS["bare_get"]
     benchmark.extra_info.update(RESULTS)
-    print("\nwebshop figures:", {k: round(v * 1000, 3) if k in (
-        "bare_get", "env_step", "search", "search_and_back") else round(v, 2)
-        for k, v in RESULTS.items()})
+    print(
+        "\nwebshop figures:",
+        {
+            k: round(v * 1000, 3)
+            if k in ("bare_get", "env_step", "search", "search_and_back")
+            else round(v, 2)
+            for k, v in RESULTS.items()
+        },
+    )

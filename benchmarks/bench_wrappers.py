@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
+from budget_envs.wrappers import BudgetWrapper, ErrorInjection
 from gymnasium.wrappers import TimeLimit
 
 from budget_envs.core import text_space
-from budget_envs.wrappers import BudgetWrapper, ErrorInjection
 
 CALLS = 2000
 FAR = 10**9
@@ -66,7 +66,9 @@ def test_step_overhead(benchmark, kind, compare, role):
     env.reset(seed=0)
     step = env.step
     benchmark.group = compare
-    benchmark.extra_info.update(compare=compare, role=role, calls=CALLS, goal="<= 3x TimeLimit overhead")
+    benchmark.extra_info.update(
+        compare=compare, role=role, calls=CALLS, goal="<= 3x TimeLimit overhead"
+    )
 
     def run():
         for _ in range(CALLS):

@@ -33,7 +33,11 @@ def _rows(config):
     for name, roles in sorted(groups.items()):
         if "ours" not in roles or "baseline" not in roles:
             continue
-        row = {"ours_s": roles["ours"], "baseline_s": roles["baseline"], "goal": goals.get(name, "")}
+        row = {
+            "ours_s": roles["ours"],
+            "baseline_s": roles["baseline"],
+            "goal": goals.get(name, ""),
+        }
         if "bare" in roles:
             over_ours = roles["ours"] - roles["bare"]
             over_base = roles["baseline"] - roles["bare"]

@@ -13,8 +13,9 @@ import logging
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence, TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -25,7 +26,9 @@ def _ints(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.replace(" ", "").split(",") if v]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
     if not values:
         raise argparse.ArgumentTypeError(f"expected at least one integer, got {text!r}")
     return values
@@ -54,7 +57,9 @@ def _agents(values: Sequence[str]) -> dict[str, str]:
             spec = value
             key = make_agent(spec).name
         if key in out:
-            raise SystemExit(f"budgetmix: agent name {key!r} given twice; use NAME=SPEC to tell them apart")
+            raise SystemExit(
+                f"budgetmix: agent name {key!r} given twice; use NAME=SPEC to tell them apart"
+            )
         out[key] = spec
     return out
 
@@ -73,7 +78,9 @@ class _Progress:
             return
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, initial=skipped, desc=self.desc, unit="ep", file=sys.stderr, leave=False)
+        self.bar = tqdm(
+            total=total, initial=skipped, desc=self.desc, unit="ep", file=sys.stderr, leave=False
+        )
 
     def record(self, rec: Any) -> None:
         if rec.error:
@@ -100,7 +107,9 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
     for env_id in ids:
         entry = entry_for(env_id)
         extra = f"  [needs budget-envs[{entry.requires}]]" if entry.requires else ""
-        print(f"{env_id:<{width}}  T={entry.default_budget!s:<8} {entry.description}{extra}", file=out)
+        print(
+            f"{env_id:<{width}}  T={entry.default_budget!s:<8} {entry.description}{extra}", file=out
+        )
     return 0
 
 
@@ -125,8 +134,13 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     progress = _Progress("eval", enabled=not args.quiet)
     try:
         result = run_plan(
-            plan, args.out, workers=args.workers, ray=args.ray, resume=args.resume,
-            on_start=progress.start, on_record=progress.record,
+            plan,
+            args.out,
+            workers=args.workers,
+            ray=args.ray,
+            resume=args.resume,
+            on_start=progress.start,
+            on_record=progress.record,
         )
     except FileExistsError as exc:
         print(f"budgetmix eval: {exc}", file=sys.stderr)
@@ -154,12 +168,17 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     import gymnasium as gym
 
     try:
-        result = write_report(records, out_dir, n_boot=args.boot, seed=args.seed, figures=not args.no_figures)
+        result = write_report(
+            records, out_dir, n_boot=args.boot, seed=args.seed, figures=not args.no_figures
+        )
     except gym.error.DependencyNotInstalled as exc:
         print(f"budgetmix report: {exc}; or pass --no-figures for the tables only", file=sys.stderr)
         return 2
     print(result.text, file=out)
-    print(f"\nWrote {result.markdown}, {len(result.tables)} CSV tables and {len(result.figures)} figures to {out_dir}", file=out)
+    print(
+        f"\nWrote {result.markdown}, {len(result.tables)} CSV tables and {len(result.figures)} figures to {out_dir}",
+        file=out,
+    )
     return 0
 
 
@@ -176,8 +195,16 @@ def cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
             return 2
     out_dir = Path(args.out) if args.out else Path(args.run_b) / "compare"
     try:
-        results = compare_runs(a, b, out_dir, agent_a=args.agent_a, agent_b=args.agent_b,
-                               n_boot=args.boot, seed=args.seed, figures=not args.no_figures)
+        results = compare_runs(
+            a,
+            b,
+            out_dir,
+            agent_a=args.agent_a,
+            agent_b=args.agent_b,
+            n_boot=args.boot,
+            seed=args.seed,
+            figures=not args.no_figures,
+        )
     except (ValueError, gym.error.DependencyNotInstalled) as exc:
         print(f"budgetmix compare: {exc}", file=sys.stderr)
         return 2
@@ -194,8 +221,12 @@ def cmd_play(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
     kwargs: dict[str, Any] = dict(args.env_kwargs or {})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        env = gym.make(args.env_id, budget=args.budget if args.budget else _default_budget(args.env_id),
-                       visibility="hidden", **kwargs)
+        env = gym.make(
+            args.env_id,
+            budget=args.budget if args.budget else _default_budget(args.env_id),
+            visibility="hidden",
+            **kwargs,
+        )
     options: dict[str, Any] = {}
     if args.task is not None:
         options["task_id"] = int(args.task) if args.task.isdigit() else args.task
@@ -221,9 +252,16 @@ def cmd_play(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
         obs, reward, terminated, truncated, info = env.step(action)
         if terminated or truncated:
             s = info.get("episode_summary", {})
-            verdict = "You won" if s.get("won") else ("Out of turns" if truncated and not terminated else "Episode over")
-            print(f"\n{obs}\n\n{verdict}: {s.get('used')} of {s.get('limit')} turns used, "
-                  f"first success at turn {s.get('first_success_turn')}.", file=out)
+            verdict = (
+                "You won"
+                if s.get("won")
+                else ("Out of turns" if truncated and not terminated else "Episode over")
+            )
+            print(
+                f"\n{obs}\n\n{verdict}: {s.get('used')} of {s.get('limit')} turns used, "
+                f"first success at turn {s.get('first_success_turn')}.",
+                file=out,
+            )
             return 0
 
 
@@ -234,9 +272,17 @@ def _default_budget(env_id: str) -> Any:
 
 
 # ---------------------------------------------------------------------- dispatchers
-def _dispatch(module: str, func_names: Sequence[str], argv: Sequence[str], what: str, hint: str) -> int:
-    if importlib.util.find_spec(module.rsplit(".", 1)[0]) is None or importlib.util.find_spec(module) is None:
-        print(f"budgetmix: {what} is not available in this install ({module} is missing). {hint}", file=sys.stderr)
+def _dispatch(
+    module: str, func_names: Sequence[str], argv: Sequence[str], what: str, hint: str
+) -> int:
+    if (
+        importlib.util.find_spec(module.rsplit(".", 1)[0]) is None
+        or importlib.util.find_spec(module) is None
+    ):
+        print(
+            f"budgetmix: {what} is not available in this install ({module} is missing). {hint}",
+            file=sys.stderr,
+        )
         return 2
     mod = importlib.import_module(module)
     for name in func_names:
@@ -250,22 +296,38 @@ def _dispatch(module: str, func_names: Sequence[str], argv: Sequence[str], what:
 def cmd_prepare(args: argparse.Namespace, out: TextIO) -> int:
     family = args.family.lower()
     if family not in ("textworld", "alfworld"):
-        print(f"budgetmix prepare: unknown family {args.family!r}; expected textworld or alfworld", file=sys.stderr)
+        print(
+            f"budgetmix prepare: unknown family {args.family!r}; expected textworld or alfworld",
+            file=sys.stderr,
+        )
         return 2
     return _dispatch(
-        f"budget_envs.envs.{family}.cli", ("prepare_main",), args.rest,
-        f"prepare {family}", f'Install the family with pip install "budget-envs[{family}]".',
+        f"budget_envs.envs.{family}.cli",
+        ("prepare_main",),
+        args.rest,
+        f"prepare {family}",
+        f'Install the family with pip install "budget-envs[{family}]".',
     )
 
 
 def cmd_serve_web(args: argparse.Namespace, out: TextIO) -> int:
-    return _dispatch("budget_envs.envs.webshop.cli", ("serve_main",), args.rest, "serve-web",
-                     "The web shop family is not installed.")
+    return _dispatch(
+        "budget_envs.envs.webshop.cli",
+        ("serve_main",),
+        args.rest,
+        "serve-web",
+        "The web shop family is not installed.",
+    )
 
 
 def cmd_export_webshop(args: argparse.Namespace, out: TextIO) -> int:
-    return _dispatch("budget_envs.envs.webshop.cli", ("export_main",), args.rest, "export-webshop",
-                     "The web shop family is not installed.")
+    return _dispatch(
+        "budget_envs.envs.webshop.cli",
+        ("export_main",),
+        args.rest,
+        "export-webshop",
+        "The web shop family is not installed.",
+    )
 
 
 # ---------------------------------------------------------------------- demo
@@ -312,30 +374,51 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
         print(f"SKIPPED {env_id}: {why}", file=out)
     if not usable:
         return 1
-    agents = {"random": "random", "oracle": "oracle", f"oracle-eps{args.epsilon:g}": f"oracle:epsilon={args.epsilon}"}
+    agents = {
+        "random": "random",
+        "oracle": "oracle",
+        f"oracle-eps{args.epsilon:g}": f"oracle:epsilon={args.epsilon}",
+    }
     runs = out_dir / "runs"
     rc = 0
     all_records: list[dict[str, Any]] = []
     for env_id in usable:
-        t_max = min(default_t_max(env_id), args.max_turns) if args.max_turns else default_t_max(env_id)
+        t_max = (
+            min(default_t_max(env_id), args.max_turns) if args.max_turns else default_t_max(env_id)
+        )
         tasks = _spread_tasks(env_id, args.tasks)
         hidden = EvalPlan(
-            env_ids=[env_id], agents=agents, tasks=tasks, samples=args.samples, budgets=[t_max],
-            visibility="hidden", fault_turns=args.fault_turns, probe_states=args.probe_states,
+            env_ids=[env_id],
+            agents=agents,
+            tasks=tasks,
+            samples=args.samples,
+            budgets=[t_max],
+            visibility="hidden",
+            fault_turns=args.fault_turns,
+            probe_states=args.probe_states,
             seed=args.seed,
         )
         visible = EvalPlan(
-            env_ids=[env_id], agents={f"oracle-eps{args.epsilon:g}": agents[f"oracle-eps{args.epsilon:g}"]},
-            tasks=tasks, samples=args.samples,
+            env_ids=[env_id],
+            agents={f"oracle-eps{args.epsilon:g}": agents[f"oracle-eps{args.epsilon:g}"]},
+            tasks=tasks,
+            samples=args.samples,
             budgets=sorted({max(1, t_max // 4), max(1, t_max // 2), t_max}),
-            visibility="remaining", seed=args.seed,
+            visibility="remaining",
+            seed=args.seed,
         )
         slug = env_id.replace("/", "_")
         for name, plan in (("hidden", hidden), ("visible", visible)):
             progress = _Progress(f"{env_id} {name}", enabled=not args.quiet)
             try:
-                result = run_plan(plan, runs / f"{slug}_{name}", workers=args.workers, resume=True,
-                                  on_start=progress.start, on_record=progress.record)
+                result = run_plan(
+                    plan,
+                    runs / f"{slug}_{name}",
+                    workers=args.workers,
+                    resume=True,
+                    on_start=progress.start,
+                    on_record=progress.record,
+                )
             except Exception as exc:
                 print(f"FAILED {env_id} ({name} run): {type(exc).__name__}: {exc}", file=out)
                 rc = 1
@@ -344,17 +427,31 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
                 progress.close()
             if result.errors:
                 rc = 1
-                print(f"{env_id} ({name} run): {result.errors} episodes ended in errors (see the report)", file=out)
+                print(
+                    f"{env_id} ({name} run): {result.errors} episodes ended in errors (see the report)",
+                    file=out,
+                )
             if result.skipped:
-                print(f"{env_id} ({name} run): reused {result.skipped} episodes from an earlier demo in "
-                      f"{result.run_dir}; delete it to start fresh", file=out)
+                print(
+                    f"{env_id} ({name} run): reused {result.skipped} episodes from an earlier demo in "
+                    f"{result.run_dir}; delete it to start fresh",
+                    file=out,
+                )
             all_records += load_records(result.run_dir)
     if not all_records:
         return 1
-    report = write_report(all_records, out_dir, title="BudgetMix demo: reference agents", figures=not args.no_figures)
+    report = write_report(
+        all_records, out_dir, title="BudgetMix demo: reference agents", figures=not args.no_figures
+    )
     try:
-        comps = compare_runs(all_records, all_records, out_dir / "compare", agent_a="random",
-                             agent_b=f"oracle-eps{args.epsilon:g}", figures=not args.no_figures)
+        comps = compare_runs(
+            all_records,
+            all_records,
+            out_dir / "compare",
+            agent_a="random",
+            agent_b=f"oracle-eps{args.epsilon:g}",
+            figures=not args.no_figures,
+        )
     except ValueError:
         comps = []
     # ---- the short summary
@@ -366,7 +463,9 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     for section in ("## Single-step accuracy", "## Recovery"):
         if section in lines:
             a = lines.index(section)
-            b = next((i for i in range(a + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+            b = next(
+                (i for i in range(a + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
+            )
             table = [line for line in lines[a:b] if line.startswith("|")]
             if section == "## Recovery":
                 table = table[:2] + _middle_budget_rows(table[2:])
@@ -376,7 +475,9 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
         print("\n" + c.text, file=out)
     for env_id in usable:
         print(f"\n## One oracle episode on {env_id} (budget shown to the agent)", file=out)
-        t_max = min(default_t_max(env_id), args.max_turns) if args.max_turns else default_t_max(env_id)
+        t_max = (
+            min(default_t_max(env_id), args.max_turns) if args.max_turns else default_t_max(env_id)
+        )
         for turn in transcript(env_id, seed=args.seed, budget=t_max, max_turns=t_max):
             if turn["turn"] == 0:
                 print(f"[reset] goal: {turn['goal']}", file=out)
@@ -384,12 +485,18 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
             else:
                 b_ = turn["budget"]
                 fault = f"  FAULT {turn['fault']['kind']}" if turn.get("fault") else ""
-                print(f"[turn {b_['used']}/{b_['limit']}, {b_['remaining']} left] > {turn['action']}{fault}", file=out)
+                print(
+                    f"[turn {b_['used']}/{b_['limit']}, {b_['remaining']} left] > {turn['action']}{fault}",
+                    file=out,
+                )
                 print(_indent(turn["observation"]), file=out)
             if turn.get("episode_summary"):
                 print(f"episode summary: {turn['episode_summary']}", file=out)
-    print(f"\nReport: {report.markdown} ({len(report.figures)} figures, {len(report.tables)} tables); "
-          f"records under {runs}; {time.perf_counter() - start:.0f} s.", file=out)
+    print(
+        f"\nReport: {report.markdown} ({len(report.figures)} figures, {len(report.tables)} tables); "
+        f"records under {runs}; {time.perf_counter() - start:.0f} s.",
+        file=out,
+    )
     return rc
 
 
@@ -431,7 +538,9 @@ def _indent(text: str, width: int = 600) -> str:
 
 # ---------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="budgetmix", description="BudgetMix: text-agent envs under a turn budget.")
+    p = argparse.ArgumentParser(
+        prog="budgetmix", description="BudgetMix: text-agent envs under a turn budget."
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -439,22 +548,50 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="evaluate agents: tasks x samples x budgets x faults")
     e.add_argument("env_ids", nargs="+", metavar="ENV_ID")
-    e.add_argument("--agent", action="append", metavar="[NAME=]SPEC",
-                   help="random | oracle | oracle:epsilon=0.3 | chat:base_url=URL,model=NAME[,temperature=0.7,"
-                        "api_key_env=VAR,max_tokens=256,history=20,retries=3,timeout=60] (repeatable)")
+    e.add_argument(
+        "--agent",
+        action="append",
+        metavar="[NAME=]SPEC",
+        help="random | oracle | oracle:epsilon=0.3 | chat:base_url=URL,model=NAME[,temperature=0.7,"
+        "api_key_env=VAR,max_tokens=256,history=20,retries=3,timeout=60] (repeatable)",
+    )
     e.add_argument("--tasks", type=int, default=5, help="first N tasks of each env (default 5)")
-    e.add_argument("--samples", type=int, default=4, help="episodes per task: n of Pass@(K,T) (default 4)")
-    e.add_argument("--budgets", type=_ints, default=None, help="e.g. 5,10,20 (default: the env's T_max)")
-    e.add_argument("--visibility", default="hidden", help="hidden (default; one run gives every T), remaining, final_warning")
-    e.add_argument("--fault-turns", type=_ints, default=None, help="also run with one fault at each of these turns")
+    e.add_argument(
+        "--samples", type=int, default=4, help="episodes per task: n of Pass@(K,T) (default 4)"
+    )
+    e.add_argument(
+        "--budgets", type=_ints, default=None, help="e.g. 5,10,20 (default: the env's T_max)"
+    )
+    e.add_argument(
+        "--visibility",
+        default="hidden",
+        help="hidden (default; one run gives every T), remaining, final_warning",
+    )
+    e.add_argument(
+        "--fault-turns",
+        type=_ints,
+        default=None,
+        help="also run with one fault at each of these turns",
+    )
     e.add_argument("--fault-kinds", default="slip,drop", help="fault kinds (default slip,drop)")
-    e.add_argument("--probe-states", type=int, default=0, help="single-step probes from the first N oracle-prefix states")
-    e.add_argument("--no-oracle", action="store_true", help="do not record per-turn oracle agreement")
+    e.add_argument(
+        "--probe-states",
+        type=int,
+        default=0,
+        help="single-step probes from the first N oracle-prefix states",
+    )
+    e.add_argument(
+        "--no-oracle", action="store_true", help="do not record per-turn oracle agreement"
+    )
     e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--env-kwargs", type=_json_dict, default=None, help="JSON constructor kwargs of the env")
+    e.add_argument(
+        "--env-kwargs", type=_json_dict, default=None, help="JSON constructor kwargs of the env"
+    )
     e.add_argument("--out", required=True, metavar="RUN", help="run directory")
     e.add_argument("--workers", type=int, default=1, help="local worker processes")
-    e.add_argument("--ray", default=None, metavar="auto|local|ADDRESS", help="run episodes as Ray tasks")
+    e.add_argument(
+        "--ray", default=None, metavar="auto|local|ADDRESS", help="run episodes as Ray tasks"
+    )
     e.add_argument("--resume", action="store_true", help="continue RUN, skipping finished episodes")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -497,7 +634,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--samples", type=int, default=4)
     d.add_argument("--epsilon", type=float, default=0.3)
     d.add_argument("--probe-states", type=int, default=4)
-    d.add_argument("--fault-turns", type=_ints, default=[1, 2, 4], help="fault probe turns (default 1,2,4)")
+    d.add_argument(
+        "--fault-turns", type=_ints, default=[1, 2, 4], help="fault probe turns (default 1,2,4)"
+    )
     d.add_argument("--max-turns", type=int, default=None, help="cap each family's T_max")
     d.add_argument("--workers", type=int, default=2)
     d.add_argument("--seed", type=int, default=0)
@@ -507,24 +646,38 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None, *, stdin: TextIO | None = None, stdout: TextIO | None = None
+) -> int:
     """Entry point of the ``budgetmix`` script; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # The dispatchers hand everything after their name to the family's own parser (--help too).
-    if argv and argv[0] in ("serve-web", "export-webshop") or (argv[:1] == ["prepare"] and len(argv) > 1
-                                                               and not argv[1].startswith("-")):
+    if (
+        argv
+        and argv[0] in ("serve-web", "export-webshop")
+        or (argv[:1] == ["prepare"] and len(argv) > 1 and not argv[1].startswith("-"))
+    ):
         head = 2 if argv[0] == "prepare" else 1
-        args = argparse.Namespace(command=argv[0], family=argv[1] if head == 2 else None, rest=argv[head:],
-                                  verbose=False)
+        args = argparse.Namespace(
+            command=argv[0], family=argv[1] if head == 2 else None, rest=argv[head:], verbose=False
+        )
     else:
         args = build_parser().parse_args(argv)
     out = stdout or sys.stdout
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     import budget_envs  # noqa: F401  (registers the ids)
 
     handlers = {
-        "list": cmd_list, "eval": cmd_eval, "report": cmd_report, "compare": cmd_compare,
-        "prepare": cmd_prepare, "serve-web": cmd_serve_web, "export-webshop": cmd_export_webshop,
+        "list": cmd_list,
+        "eval": cmd_eval,
+        "report": cmd_report,
+        "compare": cmd_compare,
+        "prepare": cmd_prepare,
+        "serve-web": cmd_serve_web,
+        "export-webshop": cmd_export_webshop,
         "demo": cmd_demo,
     }
     if args.command == "play":

@@ -21,8 +21,9 @@ from __future__ import annotations
 import copy
 import re
 import string
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -305,10 +306,7 @@ class TextAgentEnv(gym.Env[str, str]):
         if not action.strip():
             return "Invalid action: the action is empty. Send a command."
         if _CONTROL.search(action):
-            return (
-                "Invalid action: it contains control characters (such as NUL). "
-                "Send plain text."
-            )
+            return "Invalid action: it contains control characters (such as NUL). Send plain text."
         try:
             action.encode("utf-8")
         except UnicodeEncodeError:

@@ -25,10 +25,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--env-id", default="BudgetMix/WebShop-v0")
     parser.add_argument("--env-kwargs", default='{"level": 1}', help="JSON constructor kwargs")
-    parser.add_argument("--budget", default="4-12", help='a budget spec: "T", "lo-hi", "T1,T2,..." or "log:lo..hi"')
+    parser.add_argument(
+        "--budget", default="4-12", help='a budget spec: "T", "lo-hi", "T1,T2,..." or "log:lo..hi"'
+    )
     parser.add_argument("--visibility", default="hidden")
-    parser.add_argument("--process-reward", type=float, default=0.0,
-                        help="scale of the ProcessReward progress signal (0: plain reward)")
+    parser.add_argument(
+        "--process-reward",
+        type=float,
+        default=0.0,
+        help="scale of the ProcessReward progress signal (0: plain reward)",
+    )
     parser.add_argument("--max-actions", type=int, default=16)
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--train-batch-size", type=int, default=512)
@@ -55,8 +61,12 @@ def main(argv: list[str] | None = None) -> int:
         "env_kwargs": json.loads(args.env_kwargs),
     }
     start = time.time()
-    ray.init(num_cpus=args.num_cpus, include_dashboard=False,
-             object_store_memory=256 * 1024 * 1024, log_to_driver=True)
+    ray.init(
+        num_cpus=args.num_cpus,
+        include_dashboard=False,
+        object_store_memory=256 * 1024 * 1024,
+        log_to_driver=True,
+    )
     try:
         algo = ppo_config(
             env_config,

@@ -27,10 +27,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--env-id", default="BudgetMix/WebShop-v0")
     parser.add_argument("--env-kwargs", default='{"level": 1}', help="JSON constructor kwargs")
-    parser.add_argument("--budget", default="3-12", help='a budget spec: "T", "lo-hi", "T1,T2,..." or "log:lo..hi"')
+    parser.add_argument(
+        "--budget", default="3-12", help='a budget spec: "T", "lo-hi", "T1,T2,..." or "log:lo..hi"'
+    )
     parser.add_argument("--visibility", default="remaining")
-    parser.add_argument("--process-reward", type=float, default=0.1,
-                        help="scale of the ProcessReward progress signal (0: plain reward)")
+    parser.add_argument(
+        "--process-reward",
+        type=float,
+        default=0.1,
+        help="scale of the ProcessReward progress signal (0: plain reward)",
+    )
     parser.add_argument("--model", default="tiny", help='a model name or path, or "tiny"')
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--prompts", type=int, default=64, help="tasks in the prompt dataset")
@@ -39,12 +45,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-completion-length", type=int, default=512)
     parser.add_argument("--max-turn-tokens", type=int, default=32)
     parser.add_argument("--lr", type=float, default=1e-5)
-    parser.add_argument("--warm-start-steps", type=int, default=60,
-                        help="imitation steps on oracle episodes (tiny model only)")
+    parser.add_argument(
+        "--warm-start-steps",
+        type=int,
+        default=60,
+        help="imitation steps on oracle episodes (tiny model only)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output-dir", default=None,
-                        help="trainer output (default: runs/trl_grpo_budgetmix; temp with --smoke)")
+    parser.add_argument(
+        "--output-dir",
+        default=None,
+        help="trainer output (default: runs/trl_grpo_budgetmix; temp with --smoke)",
+    )
     parser.add_argument("--smoke", action="store_true", help="a short CPU run with a tiny model")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -61,7 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     from trl import GRPOConfig, GRPOTrainer
 
     from budget_envs.integrations.trl import (
-        BudgetMixRollout, env_reward, make_env_like, make_prompt_dataset, oracle_examples,
+        BudgetMixRollout,
+        env_reward,
+        make_env_like,
+        make_prompt_dataset,
+        oracle_examples,
     )
 
     torch.set_num_threads(args.threads)
@@ -78,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.model == "tiny":
         from budget_envs.integrations.tiny_model import (
-            build_tiny_model, build_tiny_tokenizer, warm_start,
+            build_tiny_model,
+            build_tiny_tokenizer,
+            warm_start,
         )
 
         env = make_env_like(rollout.env)
@@ -91,8 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.warm_start_steps:
             examples = oracle_examples(rollout, tokenizer, n_episodes=8, seed=args.seed)
             losses = warm_start(model, examples, steps=args.warm_start_steps, seed=args.seed)
-            print(f"warm start: loss {losses[0]:.3f} -> {losses[-1]:.3f} "
-                  f"({time.time() - start:.0f}s)", flush=True)
+            print(
+                f"warm start: loss {losses[0]:.3f} -> {losses[-1]:.3f} "
+                f"({time.time() - start:.0f}s)",
+                flush=True,
+            )
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -13,10 +13,10 @@ so ``gymnasium.make(id, budget=..., visibility=..., faults=...)`` configures the
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
-
 from budget_envs.registry.table import ENV_TABLE, EnvEntry
 
 __all__ = ["ENV_TABLE", "EnvEntry", "make_env", "register_env", "register_envs", "registered_ids"]
@@ -89,7 +89,9 @@ def make_env(
         env = ErrorInjection(env, **fault_kwargs)
     if budget is not None:
         env = BudgetWrapper(
-            env, budget=entry.default_budget if budget is _DEFAULT else budget, visibility=visibility
+            env,
+            budget=entry.default_budget if budget is _DEFAULT else budget,
+            visibility=visibility,
         )
     return env
 
@@ -101,8 +103,8 @@ def __getattr__(name: str) -> Any:
         for entry in list(_ROWS.values()) + list(ENV_TABLE):
             if _factory_name(entry.id) == name:
 
-                def factory(**kwargs: Any) -> gym.Env:
-                    return make_env(entry, **kwargs)
+                def factory(_entry: EnvEntry = entry, **kwargs: Any) -> gym.Env:
+                    return make_env(_entry, **kwargs)
 
                 factory.__name__ = factory.__qualname__ = name
                 factory.__doc__ = f"Build {entry.id}: {entry.description}"

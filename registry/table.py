@@ -8,8 +8,9 @@ publish an id (the registry-parametrized tests pick it up at once).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ ENV_TABLE: tuple[EnvEntry, ...] = (
         "(levels 1-6, 3 to ~35 turns)",
         kwargs={},
         requires="textworld",
-    ),    EnvEntry(
+    ),
+    EnvEntry(
         id="BudgetMix/ALFWorld-v0",
         entry_point="budget_envs.envs.alfworld:AlfWorldEnv",
         default_budget=50,

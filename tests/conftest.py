@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from contract_helpers import register_toy
 
 import budget_envs  # noqa: F401  (registers the product ids)
-from contract_helpers import register_toy
 
 register_toy()
 

@@ -16,7 +16,12 @@ def register_toy() -> None:
     from toy_env import ToyEnv
 
     register_env(
-        EnvEntry(id=TOY_ID, entry_point=ToyEnv, default_budget=12, description="Toy corridor (tests only)")
+        EnvEntry(
+            id=TOY_ID,
+            entry_point=ToyEnv,
+            default_budget=12,
+            description="Toy corridor (tests only)",
+        )
     )
 
 

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import random
+import re
 import subprocess
 import sys
 import warnings
 
 import pytest
+from budget_envs.wrappers import ErrorInjection
 from gymnasium.utils.env_checker import check_env
 
 from budget_envs.envs.alfworld import AlfWorldEnv, generate
 from budget_envs.envs.alfworld.engine import AlfredEngine, GameFileError, reference_env
 from budget_envs.envs.alfworld.oracle import ExpertError, HandcodedOracle
 from budget_envs.envs.alfworld.prepare import prepare
-from budget_envs.wrappers import ErrorInjection
 
 TYPES = list(generate.TASK_TYPES.values())
 
@@ -59,12 +59,14 @@ def test_import_has_no_side_effects():
 
 
 def test_arguments_are_checked(cache):
-    for kwargs, exc, quoted in [({"split": "test"}, ValueError, "'test'"),
-                                ({"oracle": "gpt"}, ValueError, "'gpt'"),
-                                ({"task_types": [7]}, ValueError, "type 7"),
-                                ({"task_types": "pick"}, TypeError, "'pick'"),
-                                ({"n_tasks": 0}, ValueError, "got 0"),
-                                ({"data_dir": cache / "nowhere"}, ValueError, "nowhere")]:
+    for kwargs, exc, quoted in [
+        ({"split": "test"}, ValueError, "'test'"),
+        ({"oracle": "gpt"}, ValueError, "'gpt'"),
+        ({"task_types": [7]}, ValueError, "type 7"),
+        ({"task_types": "pick"}, TypeError, "'pick'"),
+        ({"n_tasks": 0}, ValueError, "got 0"),
+        ({"data_dir": cache / "nowhere"}, ValueError, "nowhere"),
+    ]:
         with pytest.raises(exc, match=quoted):
             _env(cache, **kwargs)
 
@@ -106,7 +108,10 @@ def test_generated_layout_is_written_lazily(tmp_path):
     assert set(data) == {"pddl_domain", "grammar", "pddl_problem", "solvable", "walkthrough"}
     assert "UNKNOWN GOAL" not in data["grammar"] and env.unwrapped._goal() in data["grammar"]
     traj = json.load(open(os.path.join(os.path.dirname(game), "traj_data.json")))
-    assert traj["task_type"] in TYPES and set(traj["pddl_params"]) >= {"object_target", "parent_target"}
+    assert traj["task_type"] in TYPES and set(traj["pddl_params"]) >= {
+        "object_target",
+        "parent_target",
+    }
     # Same task, same bytes, in another cache.
     other = AlfWorldEnv(split="valid_unseen", cache_dir=tmp_path / "other")
     assert open(other.game_file(env.task_ids[3]), "rb").read() == open(game, "rb").read()
@@ -218,7 +223,9 @@ def test_real_layout_loader_via_data_dir_and_env_var(tmp_path, monkeypatch):
     via_env = AlfWorldEnv(split="valid_seen")
     assert via_env.source == "real" and list(via_env.task_ids) == list(real.task_ids)
     only = AlfWorldEnv(split="valid_seen", data_dir=root, task_types=[2, "pick_two_obj_and_place"])
-    assert only.task_ids and all(t.split("/")[1].startswith(("look_at", "pick_two")) for t in only.task_ids)
+    assert only.task_ids and all(
+        t.split("/")[1].startswith(("look_at", "pick_two")) for t in only.task_ids
+    )
     # A loaded real game plays exactly like the generated one.
     tid = real.task_ids[0]
     obs_real, _ = real.reset(options={"task_id": tid})
@@ -234,10 +241,21 @@ def test_broken_game_files_name_file_and_cause(tmp_path, cache):
     cases = {
         "notjson.tw-pddl": ("{broken", "not a readable JSON"),
         "nokeys.tw-pddl": (json.dumps({"grammar": ""}), "missing or non-text keys"),
-        "goal.tw-pddl": (json.dumps({**good, "pddl_problem": good["pddl_problem"].replace(
-            "Type)", "Typo)", 1)}), "undeclared object"),
-        "unsolvable.tw-pddl": (json.dumps({**good, "pddl_problem": re.sub(
-            r"(objectType \?o\w*) \w+Type", r"\1 BananaType", good["pddl_problem"])}), "unsolvable game"),
+        "goal.tw-pddl": (
+            json.dumps({**good, "pddl_problem": good["pddl_problem"].replace("Type)", "Typo)", 1)}),
+            "undeclared object",
+        ),
+        "unsolvable.tw-pddl": (
+            json.dumps(
+                {
+                    **good,
+                    "pddl_problem": re.sub(
+                        r"(objectType \?o\w*) \w+Type", r"\1 BananaType", good["pddl_problem"]
+                    ),
+                }
+            ),
+            "unsolvable game",
+        ),
     }
     for name, (text, cause) in cases.items():
         path = tmp_path / name

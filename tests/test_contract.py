@@ -17,12 +17,12 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
-
-from budget_envs.info import ALL_KEYS, CORE_KEYS
 from budget_envs.registry import entry_for, registered_ids
 from budget_envs.wrappers import BudgetWrapper, ErrorInjection
 from contract_helpers import TOY_ID, FirstTasks, make, policy_action, transcript
+from gymnasium.utils.env_checker import check_env
+
+from budget_envs.info import ALL_KEYS, CORE_KEYS
 
 IDS = registered_ids()
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -231,10 +231,17 @@ def test_snapshot_restore_forks(env_id):
 
 
 def test_make_from_spec_rebuilds_the_stack(env_id):
-    env = _make(env_id, budget=(3, 9), visibility="remaining", faults={"kinds": "garble", "rate": 0.5, "seed": 1})
+    env = _make(
+        env_id,
+        budget=(3, 9),
+        visibility="remaining",
+        faults={"kinds": "garble", "rate": 0.5, "seed": 1},
+    )
     again = _make(env.spec)
     assert [type(w).__name__ for w in _chain(env)] == [type(w).__name__ for w in _chain(again)]
-    assert transcript(env, 7, options={"task_id": 0}) == transcript(again, 7, options={"task_id": 0})
+    assert transcript(env, 7, options={"task_id": 0}) == transcript(
+        again, 7, options={"task_id": 0}
+    )
     budget = env.get_wrapper_attr("budget_spec")
     assert budget == again.get_wrapper_attr("budget_spec")
     env.close()
@@ -301,7 +308,11 @@ def test_fault_kinds_never_crash(env_id):
 def test_vector_envs_with_autoreset(env_id, mode):
     n = 2
     fns = [
-        (lambda: FirstTasks(_make(env_id, budget=(2, 6), faults={"kinds": "drop", "rate": 0.3, "seed": 0})))
+        (
+            lambda: FirstTasks(
+                _make(env_id, budget=(2, 6), faults={"kinds": "drop", "rate": 0.3, "seed": 0})
+            )
+        )
         for _ in range(n)
     ]
     if mode == "sync":

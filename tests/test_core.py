@@ -7,9 +7,9 @@ import sys
 
 import gymnasium as gym
 import pytest
+from toy_env import ToyEnv
 
 from budget_envs.core import Snapshot, TextAgentEnv
-from toy_env import ToyEnv
 
 
 class Chatty(ToyEnv):

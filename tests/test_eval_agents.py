@@ -8,6 +8,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from contract_helpers import TOY_ID
 
 from budget_envs.eval.agents import (
     Agent,
@@ -19,10 +20,20 @@ from budget_envs.eval.agents import (
     tool_call_action,
 )
 from budget_envs.eval.runner import EvalPlan, load_records, run_plan
-from contract_helpers import TOY_ID
 
-TOOLS = [{"type": "function", "function": {"name": "add", "description": "add two ints",
-          "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "add two ints",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            },
+        },
+    }
+]
 
 
 class ChatServer:
@@ -46,16 +57,30 @@ class ChatServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 server.requests.append(body)
                 server.headers.append(dict(self.headers))
-                status, reply, delay = server.script.pop(0) if server.script else (200, {"content": "look"}, 0)
+                status, reply, delay = (
+                    server.script.pop(0) if server.script else (200, {"content": "look"}, 0)
+                )
                 if self.path != "/v1/chat/completions":
                     status, reply = 404, "not found"
                 if delay:
                     time.sleep(delay)
                 if isinstance(reply, dict):
-                    payload = json.dumps({
-                        "choices": [{"index": 0, "message": {"role": "assistant", **reply}, "finish_reason": "stop"}],
-                        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
-                    }).encode()
+                    payload = json.dumps(
+                        {
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "message": {"role": "assistant", **reply},
+                                    "finish_reason": "stop",
+                                }
+                            ],
+                            "usage": {
+                                "prompt_tokens": 10,
+                                "completion_tokens": 2,
+                                "total_tokens": 12,
+                            },
+                        }
+                    ).encode()
                 else:
                     payload = str(reply).encode()
                 try:
@@ -69,7 +94,9 @@ class ChatServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     def __enter__(self):
         self.thread.start()
@@ -94,22 +121,36 @@ def _agent(server, **kw):
 
 def test_plain_reply_and_request_shape(server, monkeypatch):
     monkeypatch.setenv("BUDGETMIX_TEST_KEY", "sk-test")
-    server.script = [(200, {"content": "go east\nbecause the door is east"}, 0), (200, {"content": "`take key`"}, 0)]
+    server.script = [
+        (200, {"content": "go east\nbecause the door is east"}, 0),
+        (200, {"content": "`take key`"}, 0),
+    ]
     agent = _agent(server, api_key_env="BUDGETMIX_TEST_KEY", temperature=0.7, max_tokens=32)
     assert isinstance(agent, Agent)
-    agent.reset(env_id="BudgetMix/TextWorld-v0", observation="You are in a room.",
-                info={"goal": "Find the key."}, seed=4)
+    agent.reset(
+        env_id="BudgetMix/TextWorld-v0",
+        observation="You are in a room.",
+        info={"goal": "Find the key."},
+        seed=4,
+    )
     assert agent.act("You are in a room.", {}) == "go east"
     assert agent.act("Room 2. A key lies here.", {}) == "take key"
     first, second = server.requests
-    assert first["model"] == "test-model" and first["temperature"] == 0.7 and first["max_tokens"] == 32
+    assert (
+        first["model"] == "test-model" and first["temperature"] == 0.7 and first["max_tokens"] == 32
+    )
     assert "text adventure" in first["messages"][0]["content"]
     assert "Find the key." in first["messages"][1]["content"]
     assert "tools" not in first
     assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "user"]
     assert second["messages"][-1]["content"] == "Room 2. A key lies here."
     assert server.headers[0]["Authorization"] == "Bearer sk-test"
-    assert agent.usage() == {"prompt_tokens": 20, "completion_tokens": 4, "requests": 2, "retries": 0}
+    assert agent.usage() == {
+        "prompt_tokens": 20,
+        "completion_tokens": 4,
+        "requests": 2,
+        "retries": 0,
+    }
 
 
 def test_no_key_no_header(server, monkeypatch):
@@ -121,11 +162,27 @@ def test_no_key_no_header(server, monkeypatch):
 
 
 def test_native_tool_calls(server):
-    call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
-    broken = {"id": "call_2", "type": "function", "function": {"name": "add", "arguments": '{"a": 2,'}}
-    server.script = [(200, {"content": None, "tool_calls": [call]}, 0), (200, {"content": None, "tool_calls": [broken]}, 0)]
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'},
+    }
+    broken = {
+        "id": "call_2",
+        "type": "function",
+        "function": {"name": "add", "arguments": '{"a": 2,'},
+    }
+    server.script = [
+        (200, {"content": None, "tool_calls": [call]}, 0),
+        (200, {"content": None, "tool_calls": [broken]}, 0),
+    ]
     agent = _agent(server)
-    agent.reset(env_id="BudgetMix/ToolUse-v0", observation="Add 2 and 3.", info={"goal": "Add 2 and 3.", "tools": TOOLS}, seed=0)
+    agent.reset(
+        env_id="BudgetMix/ToolUse-v0",
+        observation="Add 2 and 3.",
+        info={"goal": "Add 2 and 3.", "tools": TOOLS},
+        seed=0,
+    )
     action = agent.act("Add 2 and 3.", {"tools": TOOLS})
     assert json.loads(action) == {"tool_calls": [{"name": "add", "arguments": {"a": 2, "b": 3}}]}
     assert json.loads(action) == json.loads(tool_call_action("add", {"a": 2, "b": 3}))
@@ -133,7 +190,9 @@ def test_native_tool_calls(server):
     # broken argument JSON goes to the env as is (the env answers it as an invalid turn)
     assert json.loads(action2)["tool_calls"][0]["arguments"] == '{"a": 2,'
     first, second = server.requests
-    assert first["tools"] == TOOLS and "calling the provided tools" in first["messages"][0]["content"]
+    assert (
+        first["tools"] == TOOLS and "calling the provided tools" in first["messages"][0]["content"]
+    )
     msgs = second["messages"]
     assert msgs[2]["role"] == "assistant" and msgs[2]["tool_calls"][0]["id"] == "call_1"
     assert msgs[3] == {"role": "tool", "tool_call_id": "call_1", "content": "5"}
@@ -183,12 +242,23 @@ def test_teacher_forcing_builds_the_prefix(server):
     agent.teacher_force("go east", "Room 2.", {})
     agent.act("Room 2.", {})
     msgs = server.requests[-1]["messages"]
-    assert [(m["role"], m["content"]) for m in msgs[1:]] == [("user", "start"), ("assistant", "go east"), ("user", "Room 2.")]
+    assert [(m["role"], m["content"]) for m in msgs[1:]] == [
+        ("user", "start"),
+        ("assistant", "go east"),
+        ("user", "Room 2."),
+    ]
 
 
 def test_runner_with_chat_agent_records_tokens_and_errors(server, tmp_path):
     # the server answers "look" forever: every episode runs out of turns, with tokens counted
-    plan = EvalPlan(env_ids=[TOY_ID], agents={"chat": _agent(server)}, tasks=1, samples=2, budgets=[3], probe_states=1)
+    plan = EvalPlan(
+        env_ids=[TOY_ID],
+        agents={"chat": _agent(server)},
+        tasks=1,
+        samples=2,
+        budgets=[3],
+        probe_states=1,
+    )
     run_plan(plan, tmp_path / "ok")
     recs = load_records(tmp_path / "ok")
     eps = [r for r in recs if r["record"] == "episode"]
@@ -196,20 +266,35 @@ def test_runner_with_chat_agent_records_tokens_and_errors(server, tmp_path):
     assert all(r["tokens"]["requests"] == 3 and r["tokens"]["prompt_tokens"] == 30 for r in eps)
     assert [r["correct"] for r in recs if r["record"] == "probe"] == [False]
     # a dead endpoint: retried, then recorded as errors
-    dead = ChatAgent(base_url="http://127.0.0.1:9/v1", model="m", retries=1, backoff=0.01, timeout=0.5)
-    result = run_plan(EvalPlan(env_ids=[TOY_ID], agents={"dead": dead}, tasks=1, samples=2, budgets=[3]), tmp_path / "dead")
+    dead = ChatAgent(
+        base_url="http://127.0.0.1:9/v1", model="m", retries=1, backoff=0.01, timeout=0.5
+    )
+    result = run_plan(
+        EvalPlan(env_ids=[TOY_ID], agents={"dead": dead}, tasks=1, samples=2, budgets=[3]),
+        tmp_path / "dead",
+    )
     assert result.errors == 2
-    assert all("AgentError" in r["error"] and "2 attempts" in r["error"] for r in load_records(tmp_path / "dead"))
+    assert all(
+        "AgentError" in r["error"] and "2 attempts" in r["error"]
+        for r in load_records(tmp_path / "dead")
+    )
 
 
 def test_random_and_oracle_agents_are_seeded():
     info = {"admissible_actions": ["a", "b", "c", "d"]}
+
     def run(agent, seed):
         agent.reset(env_id="X/Y-v0", observation="", info=info, seed=seed)
         return [agent.act("", info) for _ in range(20)]
+
     assert run(RandomAgent(seed=1), 5) == run(RandomAgent(seed=1), 5)
     assert run(RandomAgent(seed=1), 5) != run(RandomAgent(seed=1), 6)
-    assert json.loads(RandomAgent().act("", {"admissible_actions": ["add"], "tools": TOOLS}))["tool_calls"][0]["name"] == "add"
+    assert (
+        json.loads(RandomAgent().act("", {"admissible_actions": ["add"], "tools": TOOLS}))[
+            "tool_calls"
+        ][0]["name"]
+        == "add"
+    )
     oracle = OracleAgent(epsilon=0.5, seed=2)
     oracle.bind_oracle(lambda: ["best"])
     picks = run(oracle, 3)

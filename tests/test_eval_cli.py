@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from contract_helpers import TOY_ID
 
 from budget_envs import cli
 from budget_envs.eval.runner import load_records
-from contract_helpers import TOY_ID
 
 
 def run(argv, stdin=""):
@@ -62,49 +62,142 @@ def test_play_runs_out_of_turns_and_ends_on_eof():
 
 def test_eval_report_compare(tmp_path):
     run_dir = tmp_path / "run"
-    rc, text = run(["eval", TOY_ID, "--agent", "random", "--agent", "eps=oracle:epsilon=0.2", "--agent", "oracle",
-                    "--tasks", "4", "--samples", "3", "--budgets", "12", "--fault-turns", "1,3",
-                    "--probe-states", "2", "--out", str(run_dir), "--quiet"])
+    rc, text = run(
+        [
+            "eval",
+            TOY_ID,
+            "--agent",
+            "random",
+            "--agent",
+            "eps=oracle:epsilon=0.2",
+            "--agent",
+            "oracle",
+            "--tasks",
+            "4",
+            "--samples",
+            "3",
+            "--budgets",
+            "12",
+            "--fault-turns",
+            "1,3",
+            "--probe-states",
+            "2",
+            "--out",
+            str(run_dir),
+            "--quiet",
+        ]
+    )
     assert rc == 0, text
     recs = load_records(run_dir)
     assert {r["agent"] for r in recs} == {"random", "eps", "oracle"}
     assert (run_dir / "config.json").exists()
     rc, text = run(["eval", TOY_ID, "--out", str(run_dir), "--quiet"])
     assert rc == 2  # no silent overwrite
-    rc, text = run(["eval", TOY_ID, "--agent", "random", "--agent", "eps=oracle:epsilon=0.2", "--agent", "oracle",
-                    "--tasks", "4", "--samples", "3", "--budgets", "12", "--fault-turns", "1,3",
-                    "--probe-states", "2", "--out", str(run_dir), "--quiet", "--resume"])
+    rc, text = run(
+        [
+            "eval",
+            TOY_ID,
+            "--agent",
+            "random",
+            "--agent",
+            "eps=oracle:epsilon=0.2",
+            "--agent",
+            "oracle",
+            "--tasks",
+            "4",
+            "--samples",
+            "3",
+            "--budgets",
+            "12",
+            "--fault-turns",
+            "1,3",
+            "--probe-states",
+            "2",
+            "--out",
+            str(run_dir),
+            "--quiet",
+            "--resume",
+        ]
+    )
     assert rc == 0 and "0 records written" in text
 
     rc, text = run(["report", str(run_dir), "--boot", "200"])
-    assert rc == 0 and "## Pass@(K,T)" in text and "## Recovery" in text and "## Single-step accuracy" in text
+    assert (
+        rc == 0
+        and "## Pass@(K,T)" in text
+        and "## Recovery" in text
+        and "## Single-step accuracy" in text
+    )
     report = run_dir / "report"
-    for name in ("report.md", "pass_at_kt.csv", "summary.csv", "single_step.csv", "recovery.csv",
-                 "Toy_v0_heatmap.png", "Toy_v0_pass1_vs_T.png", "Toy_v0_passK_at_Tmax.png",
-                 "Toy_v0_single_step.png", "Toy_v0_recovery.png"):
+    for name in (
+        "report.md",
+        "pass_at_kt.csv",
+        "summary.csv",
+        "single_step.csv",
+        "recovery.csv",
+        "Toy_v0_heatmap.png",
+        "Toy_v0_pass1_vs_T.png",
+        "Toy_v0_passK_at_Tmax.png",
+        "Toy_v0_single_step.png",
+        "Toy_v0_recovery.png",
+    ):
         assert (report / name).stat().st_size > 0, name
     rows = list(csv.DictReader(open(report / "pass_at_kt.csv")))
     oracle_top = [r for r in rows if r["agent"] == "oracle" and r["K"] == "1" and r["T"] == "12"]
     assert float(oracle_top[0]["pass"]) == 1.0
 
-    rc, text = run(["compare", str(run_dir), str(run_dir), "--agent-a", "random", "--agent-b", "oracle",
-                    "--out", str(tmp_path / "cmp"), "--boot", "200"])
+    rc, text = run(
+        [
+            "compare",
+            str(run_dir),
+            str(run_dir),
+            "--agent-a",
+            "random",
+            "--agent-b",
+            "oracle",
+            "--out",
+            str(tmp_path / "cmp"),
+            "--boot",
+            "200",
+        ]
+    )
     assert rc == 0 and "oracle (B) minus random (A)" in text and "holds" in text
-    assert (tmp_path / "cmp" / "difference.csv").exists() and (tmp_path / "cmp" / "Toy_v0_difference.png").exists()
+    assert (tmp_path / "cmp" / "difference.csv").exists() and (
+        tmp_path / "cmp" / "Toy_v0_difference.png"
+    ).exists()
     rc, _ = run(["compare", str(run_dir), str(run_dir)])
     assert rc == 2  # several agents: must choose
 
 
 def test_eval_visible_run(tmp_path):
-    rc, text = run(["eval", TOY_ID, "--agent", "oracle", "--visibility", "remaining", "--budgets", "6,12",
-                    "--tasks", "2", "--samples", "2", "--out", str(tmp_path / "v"), "--quiet"])
+    rc, text = run(
+        [
+            "eval",
+            TOY_ID,
+            "--agent",
+            "oracle",
+            "--visibility",
+            "remaining",
+            "--budgets",
+            "6,12",
+            "--tasks",
+            "2",
+            "--samples",
+            "2",
+            "--out",
+            str(tmp_path / "v"),
+            "--quiet",
+        ]
+    )
     assert rc == 0
     rc, text = run(["report", str(tmp_path / "v"), "--no-figures", "--boot", "50"])
     assert rc == 0 and "oracle (remaining)" in text and "| T=6 | T=12 |" in text
 
 
 def test_demo_on_what_is_registered(tmp_path):
-    rc, text = run(["demo", "--out", str(tmp_path / "demo"), "--quiet", "--workers", "1", "--env", TOY_ID])
+    rc, text = run(
+        ["demo", "--out", str(tmp_path / "demo"), "--quiet", "--workers", "1", "--env", TOY_ID]
+    )
     assert rc == 0, text
     assert "Pass@(1,T_max)" in text and "oracle-eps0.3 (remaining)" in text
     assert "One oracle episode on BudgetMixTest/Toy-v0" in text and "episode summary:" in text
@@ -116,7 +209,9 @@ def test_demo_on_what_is_registered(tmp_path):
 def test_dispatchers_explain_what_is_missing(capsys):
     rc, _ = run(["prepare", "nethack"])
     assert rc == 2 and "unknown family" in capsys.readouterr().err
-    rc = cli._dispatch("budget_envs.envs.nosuchfamily.prepare", ("cli_main",), [], "prepare nosuchfamily", "hint")
+    rc = cli._dispatch(
+        "budget_envs.envs.nosuchfamily.prepare", ("cli_main",), [], "prepare nosuchfamily", "hint"
+    )
     assert rc == 2 and "not available" in capsys.readouterr().err
 
 

@@ -91,7 +91,9 @@ def test_monotone_in_k_and_t(seed):
     assert np.all(np.diff(surface, axis=1) >= -1e-12)
     assert np.all((surface >= 0) & (surface <= 1))
     # K = n is "any sample within T"; K = 1 is the mean success rate.
-    assert np.allclose(surface[-1], [np.mean(np.any((fs >= 1) & (fs <= t), axis=1)) for t in range(0, 41)])
+    assert np.allclose(
+        surface[-1], [np.mean(np.any((fs >= 1) & (fs <= t), axis=1)) for t in range(0, 41)]
+    )
     assert np.allclose(surface[0], [np.mean((fs >= 1) & (fs <= t)) for t in range(0, 41)])
 
 
@@ -122,8 +124,16 @@ def test_bootstrap_is_seeded_and_brackets_the_mean():
 
 
 def _rec(task, sample, budget, fs, visibility="hidden", **kw):
-    return {"task_id": task, "sample": sample, "budget": budget, "visibility": visibility,
-            "first_success_turn": fs, "won": fs is not None, "record": "episode", **kw}
+    return {
+        "task_id": task,
+        "sample": sample,
+        "budget": budget,
+        "visibility": visibility,
+        "first_success_turn": fs,
+        "won": fs is not None,
+        "record": "episode",
+        **kw,
+    }
 
 
 def test_hidden_records_derive_every_smaller_budget():
@@ -154,9 +164,23 @@ def test_errored_records_are_missing_not_failures():
 def test_single_step_and_recovery_tables():
     recs = [
         _rec("a", 0, 10, 4, oracle_agreement=[True, False, True, None], fault_turn=None),
-        _rec("a", 0, 10, 6, oracle_agreement=[True], fault_turn=2,
-             faults=[{"turn": 2, "cost_before": 3, "cost_after": 5}]),
-        _rec("a", 1, 10, None, fault_turn=2, faults=[{"turn": 2, "cost_before": 3, "cost_after": 10**6}]),
+        _rec(
+            "a",
+            0,
+            10,
+            6,
+            oracle_agreement=[True],
+            fault_turn=2,
+            faults=[{"turn": 2, "cost_before": 3, "cost_after": 5}],
+        ),
+        _rec(
+            "a",
+            1,
+            10,
+            None,
+            fault_turn=2,
+            faults=[{"turn": 2, "cost_before": 3, "cost_after": 10**6}],
+        ),
         {"record": "probe", "correct": True, "progress": True},
         {"record": "probe", "correct": False, "progress": True},
     ]

@@ -13,9 +13,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from budget_envs.registry import registered_ids
+from contract_helpers import TOY_ID, make
 
 from budget_envs.eval.agents import OracleAgent
-from budget_envs.eval.metrics import DerivationError, first_success_matrix, pass_at_kt, pass_at_kt_per_task
+from budget_envs.eval.metrics import (
+    DerivationError,
+    first_success_matrix,
+    pass_at_kt,
+    pass_at_kt_per_task,
+)
 from budget_envs.eval.runner import (
     EpisodeJob,
     EvalPlan,
@@ -25,8 +32,6 @@ from budget_envs.eval.runner import (
     run_plan,
     transcript,
 )
-from budget_envs.registry import registered_ids
-from contract_helpers import TOY_ID, make
 
 TESTS = Path(__file__).resolve().parent
 AGENTS = {"random": "random", "oracle": "oracle", "eps": "oracle:epsilon=0.3"}
@@ -34,7 +39,8 @@ AGENTS = {"random": "random", "oracle": "oracle", "eps": "oracle:epsilon=0.3"}
 
 def _strip(records):
     return sorted(
-        (json.dumps({k: v for k, v in r.items() if k != "wall_time"}, sort_keys=True) for r in records)
+        json.dumps({k: v for k, v in r.items() if k != "wall_time"}, sort_keys=True)
+        for r in records
     )
 
 
@@ -48,10 +54,22 @@ def _optimal_lengths(task_indices):
 
 
 def test_plan_expands_hidden_once_and_visible_per_budget():
-    hidden = plan_jobs(EvalPlan(env_ids=[TOY_ID], agents={"r": "random"}, tasks=2, samples=3, budgets=[4, 8, 12]))
+    hidden = plan_jobs(
+        EvalPlan(env_ids=[TOY_ID], agents={"r": "random"}, tasks=2, samples=3, budgets=[4, 8, 12])
+    )
     assert {j.budget for j in hidden} == {12} and len(hidden) == 6
-    visible = plan_jobs(EvalPlan(env_ids=[TOY_ID], agents={"r": "random"}, tasks=2, samples=3,
-                                 budgets=[4, 8, 12], visibility="remaining", fault_turns=[2], probe_states=2))
+    visible = plan_jobs(
+        EvalPlan(
+            env_ids=[TOY_ID],
+            agents={"r": "random"},
+            tasks=2,
+            samples=3,
+            budgets=[4, 8, 12],
+            visibility="remaining",
+            fault_turns=[2],
+            probe_states=2,
+        )
+    )
     episodes = [j for j in visible if isinstance(j, EpisodeJob)]
     assert sorted({j.budget for j in episodes if j.fault_turn is None}) == [4, 8, 12]
     assert {j.budget for j in episodes if j.fault_turn == 2} == {12}
@@ -91,7 +109,10 @@ def test_single_run_derivation_equals_separate_capped_runs(tmp_path):
 
 
 def test_oracle_eps0_passes_at_every_budget_from_the_optimal_length(tmp_path):
-    run_plan(EvalPlan(env_ids=[TOY_ID], agents={"oracle": "oracle"}, tasks=10, samples=2, budgets=[16]), tmp_path / "o")
+    run_plan(
+        EvalPlan(env_ids=[TOY_ID], agents={"oracle": "oracle"}, tasks=10, samples=2, budgets=[16]),
+        tmp_path / "o",
+    )
     recs = load_records(tmp_path / "o")
     lengths = _optimal_lengths(range(10))
     ids, fs = first_success_matrix(recs, 16)
@@ -106,8 +127,17 @@ def test_oracle_eps0_passes_at_every_budget_from_the_optimal_length(tmp_path):
 
 
 def test_visible_runs_cannot_be_derived(tmp_path):
-    run_plan(EvalPlan(env_ids=[TOY_ID], agents={"o": "oracle"}, tasks=2, samples=2, budgets=[6, 12],
-                      visibility="remaining"), tmp_path / "v")
+    run_plan(
+        EvalPlan(
+            env_ids=[TOY_ID],
+            agents={"o": "oracle"},
+            tasks=2,
+            samples=2,
+            budgets=[6, 12],
+            visibility="remaining",
+        ),
+        tmp_path / "v",
+    )
     recs = load_records(tmp_path / "v")
     assert {r["budget"] for r in recs} == {6, 12}
     assert first_success_matrix(recs, 6)[1].shape == (2, 2)
@@ -116,8 +146,10 @@ def test_visible_runs_cannot_be_derived(tmp_path):
 
 
 def test_probes_use_oracle_prefix_states(tmp_path):
-    run_plan(EvalPlan(env_ids=[TOY_ID], agents=AGENTS, tasks=3, samples=1, budgets=[12], probe_states=3),
-             tmp_path / "p")
+    run_plan(
+        EvalPlan(env_ids=[TOY_ID], agents=AGENTS, tasks=3, samples=1, budgets=[12], probe_states=3),
+        tmp_path / "p",
+    )
     probes = [r for r in load_records(tmp_path / "p") if r["record"] == "probe"]
     assert len(probes) == 3 * 3 * 3
     oracle = [p for p in probes if p["agent"] == "oracle"]
@@ -130,12 +162,28 @@ def test_probes_use_oracle_prefix_states(tmp_path):
 
 
 def test_fault_runs_record_the_fault(tmp_path):
-    run_plan(EvalPlan(env_ids=[TOY_ID], agents={"oracle": "oracle"}, tasks=4, samples=2, budgets=[12],
-                      fault_turns=[1, 3], fault_kinds=("drop",)), tmp_path / "f")
+    run_plan(
+        EvalPlan(
+            env_ids=[TOY_ID],
+            agents={"oracle": "oracle"},
+            tasks=4,
+            samples=2,
+            budgets=[12],
+            fault_turns=[1, 3],
+            fault_kinds=("drop",),
+        ),
+        tmp_path / "f",
+    )
     recs = [r for r in load_records(tmp_path / "f") if r["fault_turn"]]
-    assert recs and all(len(r["faults"]) == 1 and r["faults"][0]["turn"] == r["fault_turn"] for r in recs)
+    assert recs and all(
+        len(r["faults"]) == 1 and r["faults"][0]["turn"] == r["fault_turn"] for r in recs
+    )
     # a dropped turn costs the oracle exactly one turn
-    base = {(r["task_id"], r["sample"]): r for r in load_records(tmp_path / "f") if r["fault_turn"] is None}
+    base = {
+        (r["task_id"], r["sample"]): r
+        for r in load_records(tmp_path / "f")
+        if r["fault_turn"] is None
+    }
     for r in recs:
         b = base[(r["task_id"], r["sample"])]
         if r["won"] and b["won"]:
@@ -143,7 +191,15 @@ def test_fault_runs_record_the_fault(tmp_path):
 
 
 def test_process_workers_give_identical_records(tmp_path):
-    plan = EvalPlan(env_ids=[TOY_ID], agents=AGENTS, tasks=5, samples=3, budgets=[12], fault_turns=[2], probe_states=2)
+    plan = EvalPlan(
+        env_ids=[TOY_ID],
+        agents=AGENTS,
+        tasks=5,
+        samples=3,
+        budgets=[12],
+        fault_turns=[2],
+        probe_states=2,
+    )
     run_plan(plan, tmp_path / "one")
     run_plan(plan, tmp_path / "two", workers=2)
     a, b = load_records(tmp_path / "one"), load_records(tmp_path / "two")
@@ -157,7 +213,15 @@ def test_ray_and_local_runners_give_identical_records(tmp_path):
 
     # The toy env lives in the tests folder, which Ray workers cannot import: ship it by value.
     ray.cloudpickle.register_pickle_by_value(toy_env)
-    plan = EvalPlan(env_ids=[TOY_ID], agents=AGENTS, tasks=4, samples=3, budgets=[12], fault_turns=[2], probe_states=2)
+    plan = EvalPlan(
+        env_ids=[TOY_ID],
+        agents=AGENTS,
+        tasks=4,
+        samples=3,
+        budgets=[12],
+        fault_turns=[2],
+        probe_states=2,
+    )
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         run_plan(plan, tmp_path / "ray", ray="auto", chunk=5)
@@ -206,7 +270,9 @@ def test_resume_after_a_killed_run(tmp_path, workers):
     script = tmp_path / "run.py"
     script.write_text(_KILLED_RUN.format(tests=str(TESTS), delay=0.01))
     run = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, str(script), str(run), str(workers)], start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(run), str(workers)], start_new_session=True
+    )
     records = run / "records.jsonl"
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -244,11 +310,16 @@ class _Broken:
 
 
 def test_agent_failures_are_errors_not_failures(tmp_path):
-    plan = EvalPlan(env_ids=[TOY_ID], agents={"broken": _Broken()}, tasks=2, samples=2, budgets=[12])
+    plan = EvalPlan(
+        env_ids=[TOY_ID], agents={"broken": _Broken()}, tasks=2, samples=2, budgets=[12]
+    )
     result = run_plan(plan, tmp_path / "b")
     assert result.errors == 4
     recs = load_records(tmp_path / "b")
-    assert all(r["error"].startswith("RuntimeError") and r["won"] is False and r["turns"] == 2 for r in recs)
+    assert all(
+        r["error"].startswith("RuntimeError") and r["won"] is False and r["turns"] == 2
+        for r in recs
+    )
     # errors are retried on resume
     again = run_plan(plan, tmp_path / "b", resume=True)
     assert again.skipped == 0 and again.ran == 4
@@ -270,8 +341,16 @@ def test_budget_is_hidden_from_agents_unless_shown():
     for vis in ("hidden", "remaining"):
         seen.clear()
         env = make(TOY_ID, budget=3, visibility=vis, faults={"kinds": "drop", "at_turn": 1})
-        job = EpisodeJob(env_id=TOY_ID, agent="spy", task_index=0, task_id="toy-000", sample=0, seed=1,
-                         budget=3, visibility=vis)
+        job = EpisodeJob(
+            env_id=TOY_ID,
+            agent="spy",
+            task_index=0,
+            task_id="toy-000",
+            sample=0,
+            seed=1,
+            budget=3,
+            visibility=vis,
+        )
         rec = run_episode(job, Spy(), env)
         assert rec.turns == 3 and not rec.won and len(rec.faults) == 1
         assert all("fault" not in i and "faults" not in i for i in seen)
@@ -297,7 +376,9 @@ def test_oracle_agent_shares_one_oracle_call_per_turn():
         return original()
 
     unwrapped.oracle_actions = counting
-    job = EpisodeJob(env_id=TOY_ID, agent="oracle", task_index=1, task_id="toy-001", sample=0, seed=0, budget=12)
+    job = EpisodeJob(
+        env_id=TOY_ID, agent="oracle", task_index=1, task_id="toy-001", sample=0, seed=0, budget=12
+    )
     rec = run_episode(job, OracleAgent(), env)
     assert rec.won and len(calls) == rec.turns
 
@@ -315,8 +396,12 @@ def test_oracle_eps0_ground_truth_on_every_registered_env(env_id, tmp_path):
     exact = env.unwrapped.oracle_exact
     env.close()
     t_max = max(lengths.values()) + 2
-    run_plan(EvalPlan(env_ids=[env_id], agents={"oracle": "oracle"}, tasks=tasks, samples=1, budgets=[t_max]),
-             tmp_path / "o")
+    run_plan(
+        EvalPlan(
+            env_ids=[env_id], agents={"oracle": "oracle"}, tasks=tasks, samples=1, budgets=[t_max]
+        ),
+        tmp_path / "o",
+    )
     ids, fs = first_success_matrix(load_records(tmp_path / "o"), t_max)
     ts = list(range(1, t_max + 1))
     per_task = pass_at_kt_per_task(fs, [1], ts)[:, 0, :]

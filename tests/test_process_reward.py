@@ -8,7 +8,6 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
-
 from budget_envs.registry import registered_ids
 from budget_envs.wrappers import BudgetWrapper, ProcessReward
 from toy_env import ToyEnv
@@ -60,8 +59,12 @@ def _slip_signals(env_id, task_seeds, fault_seeds, at_turns=(1,), **kwargs):
     out = []
     for seed, fault_seed, at_turn in itertools.product(task_seeds, fault_seeds, at_turns):
         env = ProcessReward(
-            _make(env_id, budget=50,
-                  faults={"kinds": "slip", "at_turn": at_turn, "seed": fault_seed}, **kwargs),
+            _make(
+                env_id,
+                budget=50,
+                faults={"kinds": "slip", "at_turn": at_turn, "seed": fault_seed},
+                **kwargs,
+            ),
             scale=SCALE,
         )
         env.reset(seed=seed)
@@ -95,8 +98,9 @@ def test_slip_signal_is_minus_the_damage(env_id):
     ids=["toy", "textworld"],
 )
 def test_slip_earns_negative_signal(env_id, kwargs):
-    signals = _slip_signals(env_id, task_seeds=range(4), fault_seeds=range(3), at_turns=(1, 2, 3),
-                            **kwargs)
+    signals = _slip_signals(
+        env_id, task_seeds=range(4), fault_seeds=range(3), at_turns=(1, 2, 3), **kwargs
+    )
     assert signals
     negatives = [(s, before, after) for s, before, after in signals if after > before]
     assert negatives, f"no slip moved away from the goal: {signals}"

@@ -26,8 +26,13 @@ ROOT = Path(__file__).resolve().parents[1]
 REAL_ID = "BudgetMix/TextWorld-v0"
 REAL_KWARGS = {"level": 1, "seeds": 4}
 TOY = "BudgetMixTest/Toy-v0"
-ENV_CONFIG = {"env_id": REAL_ID, "budget": (4, 12), "max_actions": 16, "seed": 0,
-              "env_kwargs": REAL_KWARGS}
+ENV_CONFIG = {
+    "env_id": REAL_ID,
+    "budget": (4, 12),
+    "max_actions": 16,
+    "seed": 0,
+    "env_kwargs": REAL_KWARGS,
+}
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +41,12 @@ def ray_session():
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_DEDUP_LOGS", "0")
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2,
-                 log_to_driver=False)
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            object_store_memory=200 * 1024**2,
+            log_to_driver=False,
+        )
         try:
             yield ray
         finally:
@@ -52,8 +61,9 @@ def _runner_counts(runner):
 
 def _train(iterations: int, num_env_runners: int = 0):
     """PPO on the real env; returns (returns per iteration, [(turns, masked turns)] per runner)."""
-    algo = ppo_config(ENV_CONFIG, train_batch_size=256, seed=0,
-                      num_env_runners=num_env_runners).build_algo()
+    algo = ppo_config(
+        ENV_CONFIG, train_batch_size=256, seed=0, num_env_runners=num_env_runners
+    ).build_algo()
     try:
         returns = []
         for _ in range(iterations):
@@ -69,8 +79,9 @@ def _train(iterations: int, num_env_runners: int = 0):
 
 @pytest.mark.parametrize("env_id,kwargs", [(TOY, {}), (REAL_ID, REAL_KWARGS)], ids=["toy", "real"])
 def test_check_env(env_id, kwargs):
-    env = MaskedTextEnv(env_id, budget=(3, 9), visibility="remaining", max_actions=8,
-                        env_kwargs=kwargs)
+    env = MaskedTextEnv(
+        env_id, budget=(3, 9), visibility="remaining", max_actions=8, env_kwargs=kwargs
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check_env(env, skip_render_check=True)
@@ -103,8 +114,14 @@ def test_hash_features_stable_across_processes():
         f"print(list(hash_features({text!r}, 32)))"
     )
     for seed in ("1", "2"):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             env=dict(os.environ, PYTHONHASHSEED=seed), cwd=ROOT, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PYTHONHASHSEED=seed),
+            cwd=ROOT,
+            check=True,
+        )
         assert eval(out.stdout) == here.tolist()
 
 
@@ -169,7 +186,11 @@ def test_smoke_example_exits_zero():
     env = dict(os.environ, OMP_NUM_THREADS="1", RAY_DEDUP_LOGS="0")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "rllib_ppo_budgetmix.py"), "--smoke"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "iter 2:" in proc.stdout

@@ -176,7 +176,13 @@ def test_generation_is_identical_across_processes(cache, tmp_path):
 
 # ---------------------------------------------------------------- input safety and meta-commands
 BAD = [
-    "x" * 1_000_000, "\x00", "go\x00north", "ñandú über straße", "take caf\u00e9", "y" * 300, "   ",
+    "x" * 1_000_000,
+    "\x00",
+    "go\x00north",
+    "ñandú über straße",
+    "take caf\u00e9",
+    "y" * 300,
+    "   ",
 ]
 
 
@@ -193,8 +199,19 @@ def test_bad_actions_are_safe_turns(cache):
 
 
 META = [
-    "save", "script", "transcript", "save game. look", "look then quit", "q", "restart", "undo",
-    "restore", "tw-trace-actions", "test quest0_0", "gonear cellar", "SAVE",
+    "save",
+    "script",
+    "transcript",
+    "save game. look",
+    "look then quit",
+    "q",
+    "restart",
+    "undo",
+    "restore",
+    "tw-trace-actions",
+    "test quest0_0",
+    "gonear cellar",
+    "SAVE",
 ]
 
 
@@ -396,9 +413,7 @@ def test_generation_timeout(tmp_path):
 
 def test_prepare_reports_progress(cache):
     calls = []
-    records = prepare(
-        "TextWorld", [1, 2], 1, cache, lambda d, t, r: calls.append((d, t, r.cached))
-    )
+    records = prepare("TextWorld", [1, 2], 1, cache, lambda d, t, r: calls.append((d, t, r.cached)))
     assert calls == [(1, 2, True), (2, 2, True)]
     assert all(r.path is not None and r.path.is_file() for r in records)
     with pytest.raises(ValueError):

@@ -15,13 +15,13 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
+from budget_envs.wrappers import ErrorInjection
 
 from budget_envs.envs.tooluse import ToolUseEnv
 from budget_envs.envs.tooluse import oracle as orc
-from budget_envs.envs.tooluse.tools import READ_TOOLS, TOOLS_SCHEMA, call_json, dump_tables
 from budget_envs.envs.tooluse.tasks import make_task
+from budget_envs.envs.tooluse.tools import READ_TOOLS, TOOLS_SCHEMA, call_json, dump_tables
 from budget_envs.envs.tooluse.world import build_world
-from budget_envs.wrappers import ErrorInjection
 
 LEVELS = (1, 2, 3, 4, 5)
 _ID = re.compile(r"\b(?:cus|ord|itm|pay|prd|cur)_[0-9a-f]{8}\b")
@@ -50,8 +50,16 @@ def _play_oracle(env: ToolUseEnv, stop_before_submit: bool = False):
 
 def _state(env: ToolUseEnv):
     pr = env._pr
-    return (dump_tables(env._conn), sorted(pr.revealed), dict(pr.pages_seen), dict(pr.changed),
-            pr.submitted, sorted(pr.listed), env.won, env.lost)
+    return (
+        dump_tables(env._conn),
+        sorted(pr.revealed),
+        dict(pr.pages_seen),
+        dict(pr.changed),
+        pr.submitted,
+        sorted(pr.listed),
+        env.won,
+        env.lost,
+    )
 
 
 # --------------------------------------------------------------------------- oracle and range
@@ -98,8 +106,10 @@ def _broad_actions(env: ToolUseEnv, rng) -> list[str]:
     for oid in by["ord"]:
         acts += [call_json(n, {"order_id": oid}) for n in ("get_order", "track_shipment")]
     for pid in by["prd"]:
-        acts += [call_json(n, {"product_id": pid})
-                 for n in ("list_variants", "get_product", "get_product_reviews")]
+        acts += [
+            call_json(n, {"product_id": pid})
+            for n in ("list_variants", "get_product", "get_product_reviews")
+        ]
     gold = orc.Gold(world, env.task)
     for slot in orc.diff_slots(gold, pr):
         acts.append(call_json(*orc.fix_call(gold, slot)))
@@ -164,8 +174,7 @@ def test_thousands_of_distinct_tasks_per_level():
     world = _env().world
     for level in LEVELS:
         # The first line only names the task id; compare what the agent is asked to do.
-        asks = {make_task(world, f"L{level}-{i:05d}").ticket.split("\n", 1)[1]
-                for i in range(5000)}
+        asks = {make_task(world, f"L{level}-{i:05d}").ticket.split("\n", 1)[1] for i in range(5000)}
         assert len(asks) >= (4000 if level == 1 else 4900), level
 
 
@@ -212,7 +221,8 @@ def test_wrong_answer_loses_even_with_the_gold_database():
     _play_oracle(env, stop_before_submit=True)
     answer = env.task.answer_cents + 1
     *_, terminated, _, info = env.step(
-        call_json("submit", {"answer": f"{answer // 100}.{answer % 100:02d}"}))
+        call_json("submit", {"answer": f"{answer // 100}.{answer % 100:02d}"})
+    )
     assert terminated and info["lost"] and info["score"] < 1.0
 
 
@@ -251,8 +261,10 @@ def test_wrong_irreversible_write_loses_the_episode():
                 item = world.items[iid]
                 pay = world.orders[item.order_id].payment_id
                 if item.status == "delivered" and ("item", iid) not in gold.slots:
-                    return call_json("refund_item", {"order_id": item.order_id, "item_id": iid,
-                                                     "payment_id": pay})
+                    return call_json(
+                        "refund_item",
+                        {"order_id": item.order_id, "item_id": iid, "payment_id": pay},
+                    )
             return None
 
         act = _find_state(env, wrong_refund)
@@ -306,8 +318,9 @@ def test_cancel_after_a_wrong_address_is_not_optimal():
         assert not cancel
         snap = env.snapshot()
         reason = dict(env.task.gold)[("status", oid)][1]
-        *_, terminated, _, info = env.step(call_json("cancel_order", {"order_id": oid,
-                                                                      "reason": reason}))
+        *_, terminated, _, info = env.step(
+            call_json("cancel_order", {"order_id": oid, "reason": reason})
+        )
         assert terminated and info["lost"]
         env.restore(snap)
         assert not env.lost and env.cost_to_go() == cost + 1
@@ -326,8 +339,11 @@ def test_score_counts_applied_changes_minus_collateral():
         *_, info = env.step(env.oracle_actions()[0])
         scores.append(info["score"])
     assert scores == sorted(scores) and scores[-1] == pytest.approx((n - 1) / n)
-    oid = next(o for o in sorted(env._pr.revealed) if o.startswith("ord")
-               and ("note", o) not in dict(env.task.gold))
+    oid = next(
+        o
+        for o in sorted(env._pr.revealed)
+        if o.startswith("ord") and ("note", o) not in dict(env.task.gold)
+    )
     *_, info = env.step(call_json("set_order_note", {"order_id": oid, "note": "collateral"}))
     assert info["score"] == pytest.approx((n - 2) / n)
 
@@ -341,9 +357,17 @@ def test_openai_message_shapes_and_one_call_per_turn():
     snap = env.snapshot()
     canonical = env.step(act)[0]
     shapes = [
-        {"role": "assistant", "content": None, "tool_calls": [{
-            "id": "call_1", "type": "function",
-            "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])},
+                }
+            ],
+        },
         {"tool_calls": [{"name": call["name"], "arguments": json.dumps(call["arguments"])}]},
         {"name": call["name"], "arguments": call["arguments"]},
     ]
@@ -360,9 +384,17 @@ def test_openai_message_shapes_and_one_call_per_turn():
 
 
 BAD = [
-    "not json", "{", "[]", "null", "42", '"text"', "[" * 8000 + "]" * 8000,
+    "not json",
+    "{",
+    "[]",
+    "null",
+    "42",
+    '"text"',
+    "[" * 8000 + "]" * 8000,
     '{"tool_calls":' + '{"a":' * 4000 + "1" + "}" * 4000 + "}",
-    '{"tool_calls": []}', '{"tool_calls": "get_order"}', '{"content": "I am done"}',
+    '{"tool_calls": []}',
+    '{"tool_calls": "get_order"}',
+    '{"content": "I am done"}',
     '{"tool_calls": [{"name": "drop_table", "arguments": {}}]}',
     '{"tool_calls": [{"name": 7, "arguments": {}}]}',
     '{"tool_calls": [{"name": "get_order", "arguments": []}]}',
@@ -478,11 +510,13 @@ def test_tool_timeout_runs_writes_but_hides_every_result():
     before = _state(env)
     obs = env.inject_fault("tool_timeout", np.random.default_rng(0), read)
     assert "timed out" in obs and _state(env) == before
-    while not any(json.loads(a)["tool_calls"][0]["name"] not in READ_TOOLS
-                  for a in env.oracle_actions()):
+    while not any(
+        json.loads(a)["tool_calls"][0]["name"] not in READ_TOOLS for a in env.oracle_actions()
+    ):
         env.step(env.oracle_actions()[0])
-    write = next(a for a in env.oracle_actions()
-                 if json.loads(a)["tool_calls"][0]["name"] not in READ_TOOLS)
+    write = next(
+        a for a in env.oracle_actions() if json.loads(a)["tool_calls"][0]["name"] not in READ_TOOLS
+    )
     cost = env.cost_to_go()
     obs = env.inject_fault("tool_timeout", np.random.default_rng(0), write)
     assert "timed out" in obs and env.fault_executed_action == write
@@ -499,24 +533,27 @@ def test_stale_read_serves_the_start_state_and_still_reveals():
     oid = cancels[0]
     _find_state(env, lambda e: ("status", oid) in e._pr.changed)
     fresh = env.step(call_json("get_order", {"order_id": oid}))[0]
-    stale = env.inject_fault("stale_read", np.random.default_rng(0),
-                             call_json("get_order", {"order_id": oid}))
+    stale = env.inject_fault(
+        "stale_read", np.random.default_rng(0), call_json("get_order", {"order_id": oid})
+    )
     assert json.loads(fresh)["status"] == "cancelled"
     assert json.loads(stale)["status"] == "pending"
     # A stale list page still reveals its orders and cursor.
     env.reset(options={"task_id": index})
     first = env.oracle_actions()[0]
     env.step(first)
-    page = call_json("list_orders", {"customer_id": next(
-        c for c in env._pr.revealed if c.startswith("cus"))})
+    page = call_json(
+        "list_orders", {"customer_id": next(c for c in env._pr.revealed if c.startswith("cus"))}
+    )
     cost = env.cost_to_go()
     env.inject_fault("stale_read", np.random.default_rng(0), page)
     assert env.cost_to_go() == cost - 1
 
 
 def test_error_injection_wrapper_records_damage():
-    env = ErrorInjection(_env(3), kinds=["tool_timeout", "tool_error", "stale_read", "slip"],
-                         rate=0.5, seed=3)
+    env = ErrorInjection(
+        _env(3), kinds=["tool_timeout", "tool_error", "stale_read", "slip"], rate=0.5, seed=3
+    )
     obs, info = env.reset(seed=1)
     for _ in range(40):
         obs, reward, terminated, truncated, info = env.step(env.unwrapped.oracle_actions()[0])
@@ -580,8 +617,9 @@ def tooluse_transcript(seed: int, level: int | None = None) -> list[str]:
     for _ in range(25):
         act = env.oracle_actions()[0] if rng.random() < 0.6 else env.sample_action(rng)
         if rng.random() < 0.15:
-            obs = env.inject_fault(("tool_error", "tool_timeout", "stale_read")[
-                int(rng.integers(3))], rng, act)
+            obs = env.inject_fault(
+                ("tool_error", "tool_timeout", "stale_read")[int(rng.integers(3))], rng, act
+            )
             lines += [act, obs]
         else:
             obs, reward, terminated, _, info = env.step(act)
@@ -601,8 +639,14 @@ def test_same_seed_same_task_and_transcript_across_processes():
     tests_dir = str(pathlib.Path(__file__).resolve().parent)
     for hashseed in ("0", "4242"):
         env = dict(os.environ, PYTHONHASHSEED=hashseed)
-        out = subprocess.run([sys.executable, "-c", code, tests_dir], env=env,
-                             capture_output=True, text=True, check=True, timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-c", code, tests_dir],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=300,
+        )
         assert json.loads(out.stdout) == here
     assert tooluse_transcript(1) != tooluse_transcript(4)
 
@@ -611,8 +655,10 @@ def test_task_ids_pick_the_same_task_in_any_env_instance():
     a, b = ToolUseEnv(level=4), ToolUseEnv(level=4, world_seed=0)
     for tid in ("L4-00000", "L4-04999"):
         assert a.reset(options={"task_id": tid})[0] == b.reset(options={"task_id": tid})[0]
-    assert ToolUseEnv(level=4, world_seed=1).reset(options={"task_id": "L4-00000"})[0] != \
-        a.reset(options={"task_id": "L4-00000"})[0]
+    assert (
+        ToolUseEnv(level=4, world_seed=1).reset(options={"task_id": "L4-00000"})[0]
+        != a.reset(options={"task_id": "L4-00000"})[0]
+    )
 
 
 def test_start_state_copies_the_same_with_or_without_deserialize():
@@ -626,6 +672,8 @@ def test_start_state_copies_the_same_with_or_without_deserialize():
 
 def test_every_level_reaches_its_tasks_quickly_enough_for_many_resets():
     env = _env()
-    seen = {tid.split("-")[0] for tid in itertools.islice(
-        (env.reset(seed=s)[1]["task_id"] for s in range(200)), 200)}
+    seen = {
+        tid.split("-")[0]
+        for tid in itertools.islice((env.reset(seed=s)[1]["task_id"] for s in range(200)), 200)
+    }
     assert seen == {f"L{lv}" for lv in LEVELS}

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import torch
 
 from budget_envs.integrations.tiny_model import (
@@ -53,9 +52,19 @@ def _grpo_config(tmp_path, **overrides):
     from trl import GRPOConfig
 
     kwargs = dict(
-        output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4,
-        max_completion_length=256, max_steps=2, learning_rate=1e-3, bf16=False, use_cpu=True,
-        report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True, seed=0,
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=256,
+        max_steps=2,
+        learning_rate=1e-3,
+        bf16=False,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        seed=0,
     )
     kwargs.update(overrides)
     return GRPOConfig(**kwargs)
@@ -65,8 +74,13 @@ def _grpo_config(tmp_path, **overrides):
 def real_setup():
     """A rollout on TextWorld level 1 and a tiny model warm-started on its oracle episodes."""
     rollout = BudgetMixRollout(
-        REAL_ID, budget=(3, 12), visibility="remaining", process_reward=0.1, seed=0,
-        env_kwargs=REAL_KWARGS, show_actions=False,
+        REAL_ID,
+        budget=(3, 12),
+        visibility="remaining",
+        process_reward=0.1,
+        seed=0,
+        env_kwargs=REAL_KWARGS,
+        show_actions=False,
     )
     env = make_env_like(rollout.env)
     corpus = []
@@ -94,8 +108,11 @@ def test_grpo_two_steps_on_real_env(real_setup, tmp_path):
         return out
 
     trainer = GRPOTrainer(
-        model=model, reward_funcs=env_reward, args=_grpo_config(tmp_path),
-        train_dataset=make_prompt_dataset(rollout.env, 8, seed=0), processing_class=tok,
+        model=model,
+        reward_funcs=env_reward,
+        args=_grpo_config(tmp_path),
+        train_dataset=make_prompt_dataset(rollout.env, 8, seed=0),
+        processing_class=tok,
         rollout_func=recording_rollout,
     )
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -187,8 +204,11 @@ def test_tool_env_exposes_tooluse_tools():
     from transformers.utils import get_json_schema
 
     factory = BudgetMixToolEnv.factory("BudgetMix/ToolUse-v0", budget=40, level=1, seed=0)
-    names = {n for n, _ in inspect.getmembers(factory, predicate=inspect.isfunction)
-             if not n.startswith("_")}
+    names = {
+        n
+        for n, _ in inspect.getmembers(factory, predicate=inspect.isfunction)
+        if not n.startswith("_")
+    }
     assert {"find_customer", "list_orders", "submit", "reset", "get_reward"} <= names
     assert "act" not in names
     env = factory()
@@ -214,14 +234,24 @@ def test_tool_env_in_grpo_trainer(tmp_path):
     factory = BudgetMixToolEnv.factory(TOY, budget=(2, 4), seed=0)
     from datasets import Dataset
 
-    data = Dataset.from_dict({
-        "prompt": [[{"role": "user", "content": "Solve the task with the act tool."}]] * 4,
-        "task_id": ["toy-001", "toy-001", "toy-002", "toy-002"],
-    })
+    data = Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": "Solve the task with the act tool."}]] * 4,
+            "task_id": ["toy-001", "toy-001", "toy-002", "toy-002"],
+        }
+    )
     trainer = GRPOTrainer(
-        model=model, args=_grpo_config(tmp_path, num_generations=2, per_device_train_batch_size=2,
-                                       max_completion_length=16, max_steps=1),
-        train_dataset=data, processing_class=tok, environment_factory=factory,
+        model=model,
+        args=_grpo_config(
+            tmp_path,
+            num_generations=2,
+            per_device_train_batch_size=2,
+            max_completion_length=16,
+            max_steps=1,
+        ),
+        train_dataset=data,
+        processing_class=tok,
+        environment_factory=factory,
     )
     trainer.train()
     assert trainer.state.global_step == 1
@@ -261,9 +291,18 @@ def test_missing_extra_names_pip_extra(monkeypatch):
 def test_smoke_example_exits_zero(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "trl_grpo_budgetmix.py"), "--smoke",
-         "--output-dir", str(tmp_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            str(ROOT / "examples" / "trl_grpo_budgetmix.py"),
+            "--smoke",
+            "--output-dir",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "done in" in proc.stdout

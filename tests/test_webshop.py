@@ -105,8 +105,14 @@ def test_same_catalogue_and_tasks_in_another_process():
         "from test_webshop import _fingerprint\nprint(_fingerprint())\n" % str(ROOT / "tests")
     )
     env = dict(os.environ, PYTHONHASHSEED="12345")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=env, timeout=300, cwd=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=str(ROOT),
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == here
 
@@ -125,9 +131,13 @@ def test_tasks_have_a_unique_correct_answer(level):
         task = shop.task(f"L{level}-{i:04d}")
         assert task.instruction.startswith("i ")
         for item in task.items:
-            goal = {"query": item.query, "product_category": item.product_category,
-                    "name": item.name, "attributes": item.attributes,
-                    "goal_options": list(item.goal_options.values())}
+            goal = {
+                "query": item.query,
+                "product_category": item.product_category,
+                "name": item.name,
+                "attributes": item.attributes,
+                "goal_options": list(item.goal_options.values()),
+            }
             perfect = []
             for p in shop.by_type[shop.product(item.asin).type_index]:
                 chosen = {}
@@ -203,10 +213,23 @@ def test_wrong_purchase_loses_with_partial_score(env):
     assert 0.0 < reward < 1.0 and info["score"] == reward
     assert env.cost_to_go() == UNREACHABLE and env.oracle_actions() == []
     purchase = info["purchase"]
-    assert set(purchase["goal"]) >= {"query", "product_category", "name", "attributes",
-                                     "goal_options", "price_upper"}
-    assert set(purchase["product"]) >= {"query", "product_category", "name", "Title",
-                                        "Attributes", "BulletPoints", "Description"}
+    assert set(purchase["goal"]) >= {
+        "query",
+        "product_category",
+        "name",
+        "attributes",
+        "goal_options",
+        "price_upper",
+    }
+    assert set(purchase["product"]) >= {
+        "query",
+        "product_category",
+        "name",
+        "Title",
+        "Attributes",
+        "BulletPoints",
+        "Description",
+    }
     assert isinstance(purchase["product"]["BulletPoints"], list)
     assert purchase["options"] == {} and purchase["price"] == purchase["product"]["Price"]
 
@@ -226,24 +249,41 @@ def test_text_view_and_admissible(env):
     assert obs.startswith("WebShop [SEP] Instruction: [SEP] i ")
     assert obs.endswith("[button] Search [button_]")
     assert info["admissible_actions"] == ["search[...]"]
-    obs, *_ , info = env.step("search[shampoo]")
+    obs, *_, info = env.step("search[shampoo]")
     assert "click[next >]" in info["admissible_actions"]
     assert sum(a.startswith("click[b0") for a in info["admissible_actions"]) == 10
     item = next(a for a in info["admissible_actions"] if a.startswith("click[b0"))
     obs, *_, info = env.step(item.upper().replace("CLICK", "click"))  # case-insensitive
     assert not info["invalid_action"]
-    for a in ("click[buy now]", "click[description]", "click[features]", "click[reviews]",
-              "click[attributes]", "click[< prev]", "click[back to search]"):
+    for a in (
+        "click[buy now]",
+        "click[description]",
+        "click[features]",
+        "click[reviews]",
+        "click[attributes]",
+        "click[< prev]",
+        "click[back to search]",
+    ):
         assert a in info["admissible_actions"]
     obs, *_, info = env.step("click[attributes]")
     assert "click[< prev]" in info["admissible_actions"]
 
 
-@pytest.mark.parametrize("bad", [
-    "click[no such button]", "search[shampoo]", "buy it", "click[]", "search[]",
-    "click[" + "x" * 3000 + "]", "<script>alert(1)</script>", "'; DROP TABLE docs; --",
-    'search[" OR 1=1 --]', "click[b0]",
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "click[no such button]",
+        "search[shampoo]",
+        "buy it",
+        "click[]",
+        "search[]",
+        "click[" + "x" * 3000 + "]",
+        "<script>alert(1)</script>",
+        "'; DROP TABLE docs; --",
+        'search[" OR 1=1 --]',
+        "click[b0]",
+    ],
+)
 def test_invalid_actions_leave_the_state(env, bad):
     env.reset(options={"task_id": "L2-0004"})
     env.step("search[shampoo]")
@@ -279,8 +319,13 @@ def test_scoring_modes_differ_where_documented():
     task = shop.task("L1-0000")
     item = task.items[0]
     target = shop.product(item.asin)
-    goal = {"query": item.query, "product_category": item.product_category, "name": item.name,
-            "attributes": item.attributes, "goal_options": list(item.goal_options.values())}
+    goal = {
+        "query": item.query,
+        "product_category": item.product_category,
+        "name": item.name,
+        "attributes": item.attributes,
+        "goal_options": list(item.goal_options.values()),
+    }
     rec = product_record(target)
     assert score_item("exact", rec, goal, item.goal_options, True) == 1.0
     assert score_item("webshop", rec, goal, item.goal_options, True, target.brand) == 1.0
@@ -374,12 +419,25 @@ def test_loopback_by_default_and_base_url():
     assert e.server is None
 
 
-@pytest.mark.parametrize("target", [
-    "/../../etc/passwd", "/web/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd",
-    "/api/sessions/..%2f..%2fetc", "/api/tasks/..%2F..%2Fetc%2Fpasswd", "/static/../app.py",
-    "/web/%00", "/api/sessions/%ff%fe", "//etc/passwd", "/api/", "/api/tasks/L9-0000",
-    "/api/tasks/" + "L1-" + "9" * 40, "/web/" + "A" * 100, "/web/short",
-])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/../../etc/passwd",
+        "/web/../../etc/passwd",
+        "/%2e%2e/%2e%2e/etc/passwd",
+        "/api/sessions/..%2f..%2fetc",
+        "/api/tasks/..%2F..%2Fetc%2Fpasswd",
+        "/static/../app.py",
+        "/web/%00",
+        "/api/sessions/%ff%fe",
+        "//etc/passwd",
+        "/api/",
+        "/api/tasks/L9-0000",
+        "/api/tasks/" + "L1-" + "9" * 40,
+        "/web/" + "A" * 100,
+        "/web/short",
+    ],
+)
 def test_malformed_and_traversal_urls_get_404(server, target):
     status, body = _raw(server, "GET", target)
     assert status == 404
@@ -397,8 +455,10 @@ def test_bad_requests_get_4xx(server):
     assert _raw(server, "POST", "/api/sessions", b"x" * 70_000)[0] == 413
     assert _raw(server, "POST", "/api/sessions", b"", {"Content-Length": "-5"})[0] == 400
     assert _raw(server, "POST", "/api/sessions", b"", {"Content-Length": "abc"})[0] == 400
-    assert _raw(server, "POST", "/api/sessions", b"0\r\n\r\n",
-                {"Transfer-Encoding": "chunked"})[0] == 411
+    assert (
+        _raw(server, "POST", "/api/sessions", b"0\r\n\r\n", {"Transfer-Encoding": "chunked"})[0]
+        == 411
+    )
     assert _raw(server, "DELETE", "/api/info")[0] == 405
     assert _raw(server, "PATCH", "/")[0] == 405
     assert _raw(server, "GET", "/api/sessions")[0] == 405
@@ -407,18 +467,30 @@ def test_bad_requests_get_4xx(server):
     step = f"/api/sessions/{sid}/step"
     assert _raw(server, "POST", step, b'{"action": 5}')[0] == 400
     assert _raw(server, "POST", step, b'{"action": "x", "fault": {"kind": "boom"}}')[0] == 400
-    assert _raw(server, "POST", step,
-                b'{"action": "x", "fault": {"kind": "slow_response", "delay_ms": 99999}}')[0] == 400
-    assert _raw(server, "POST", step,
-                b'{"action": "x", "fault": {"kind": "http_error", "status": 200}}')[0] == 400
+    assert (
+        _raw(
+            server,
+            "POST",
+            step,
+            b'{"action": "x", "fault": {"kind": "slow_response", "delay_ms": 99999}}',
+        )[0]
+        == 400
+    )
+    assert (
+        _raw(
+            server, "POST", step, b'{"action": "x", "fault": {"kind": "http_error", "status": 200}}'
+        )[0]
+        == 400
+    )
     # the server still answers normally afterwards
     assert requests.get(f"{server.base_url}/api/info", timeout=5).status_code == 200
 
 
 def test_html_escapes_what_users_and_products_type(server):
     s = requests.Session()
-    r = s.post(f"{server.base_url}/web/new", data={"task": "L1-0000"}, timeout=5,
-               allow_redirects=False)
+    r = s.post(
+        f"{server.base_url}/web/new", data={"task": "L1-0000"}, timeout=5, allow_redirects=False
+    )
     assert r.status_code == 303
     page_url = server.base_url + r.headers["Location"]
     evil = '<script>alert("x")</script><img src=x onerror=alert(1)>'
@@ -436,8 +508,9 @@ def test_sessions_are_isolated(server):
     a = requests.post(f"{base}/api/sessions", json={"task_id": "L1-0001"}, timeout=5).json()
     b = requests.post(f"{base}/api/sessions", json={"task_id": "L1-0002"}, timeout=5).json()
     assert a["sid"] != b["sid"] and len(a["sid"]) >= 22
-    requests.post(f"{base}/api/sessions/{a['sid']}/step", json={"action": "search[shampoo]"},
-                  timeout=5)
+    requests.post(
+        f"{base}/api/sessions/{a['sid']}/step", json={"action": "search[shampoo]"}, timeout=5
+    )
     got_b = requests.get(f"{base}/api/sessions/{b['sid']}", timeout=5).json()
     assert got_b["state"]["page"] == "search" and got_b["state"]["task_id"] == "L1-0002"
     assert "shampoo" not in json.dumps(got_b)
@@ -465,9 +538,7 @@ def _run_interleaved(base_url: str, task_ids, errors: list) -> None:
                 obs, reward, term, trunc, info = e.step(e.oracle_actions()[0])
                 rec[4] += 1
                 rec[5] = info
-                if info["task_id"] != tid or info["goal"] != goal or (
-                    not term and goal not in obs
-                ):
+                if info["task_id"] != tid or info["goal"] != goal or (not term and goal not in obs):
                     errors.append(f"{tid}: saw another session's page")
                 if term:
                     live.remove(rec)
@@ -494,14 +565,20 @@ def test_100_concurrent_sessions_threads_and_processes(server):
         "print(json.dumps(errors))\n" % str(ROOT / "tests")
     )
     procs = [
-        subprocess.Popen([sys.executable, "-c", code, server.base_url, ",".join(ids[k::2][:10])],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
+        subprocess.Popen(
+            [sys.executable, "-c", code, server.base_url, ",".join(ids[k::2][:10])],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(ROOT),
+        )
         for k in range(2)
     ]
     errors: list[str] = []
-    threads = [threading.Thread(target=_run_interleaved,
-                                args=(server.base_url, ids[k::10], errors))
-               for k in range(10)]
+    threads = [
+        threading.Thread(target=_run_interleaved, args=(server.base_url, ids[k::10], errors))
+        for k in range(10)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -549,11 +626,20 @@ def test_catalogue_seed_mismatch_is_refused(server):
     e.close()
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"level": 6}, {"level": True}, {"level": []}, {"tasks_per_level": 0},
-    {"num_products": 10}, {"scoring": "fuzzy"}, {"base_url": "ftp://x"}, {"timeout": 0},
-    {"catalogue_seed": "0"},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"level": 6},
+        {"level": True},
+        {"level": []},
+        {"tasks_per_level": 0},
+        {"num_products": 10},
+        {"scoring": "fuzzy"},
+        {"base_url": "ftp://x"},
+        {"timeout": 0},
+        {"catalogue_seed": "0"},
+    ],
+)
 def test_bad_constructor_arguments(kwargs):
     with pytest.raises((ValueError, TypeError), match=re.escape(repr(next(iter(kwargs.values()))))):
         WebShopEnv(**kwargs)
@@ -570,10 +656,17 @@ def test_gym_make_default_budget():
 
 # ---------------------------------------------------------------------------- CLI and export
 def test_serve_web_cli_and_export(tmp_path):
-    code = ("import sys; from budget_envs.envs.webshop.cli import serve_main; "
-            "sys.exit(serve_main(['--port', '0', '--seed', '0']))")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
+    code = (
+        "import sys; from budget_envs.envs.webshop.cli import serve_main; "
+        "sys.exit(serve_main(['--port', '0', '--seed', '0']))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(ROOT),
+    )
     try:
         line = proc.stdout.readline()
         assert "http://127.0.0.1:" in line, line + proc.stderr.read()[-2000:]
@@ -592,8 +685,17 @@ def test_serve_web_cli_and_export(tmp_path):
     assert export_main([str(tmp_path), "--tasks-per-level", "3"]) == 0
     items = json.loads((tmp_path / "items_shuffle.json").read_text())
     assert len(items) == 10_000
-    assert {"asin", "name", "full_description", "small_description", "pricing",
-            "customization_options", "category", "query", "product_category"} <= set(items[0])
+    assert {
+        "asin",
+        "name",
+        "full_description",
+        "small_description",
+        "pricing",
+        "customization_options",
+        "category",
+        "query",
+        "product_category",
+    } <= set(items[0])
     assert items[0]["pricing"].startswith("$")
     ins = json.loads((tmp_path / "items_ins_v2.json").read_text())
     human = json.loads((tmp_path / "items_human_ins.json").read_text())
@@ -612,12 +714,24 @@ def test_headless_chromium_shows_item_page(server, env, tmp_path):
     env.step(env.oracle_actions()[0])
     url = f"{env.base_url}/web/{env._sid}"
     profile = tempfile.mkdtemp(prefix="chromium-", dir=tmp_path)
-    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--no-first-run", "--disable-dev-shm-usage", f"--user-data-dir={profile}"]
+    flags = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={profile}",
+    ]
     shot = tmp_path / "item.png"
-    out = subprocess.run(flags + [f"--screenshot={shot}", "--window-size=1000,900", url],
-                         capture_output=True, timeout=120)
+    out = subprocess.run(
+        flags + [f"--screenshot={shot}", "--window-size=1000,900", url],
+        capture_output=True,
+        timeout=120,
+    )
     assert shot.exists(), out.stderr[-2000:]
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
@@ -634,8 +748,8 @@ def test_headless_chromium_shows_item_page(server, env, tmp_path):
     # not a blank page: the decoded image data holds many distinct byte values
     pos, idat = 8, b""
     while pos < len(data):
-        length = int.from_bytes(data[pos:pos + 4], "big")
-        if data[pos + 4:pos + 8] == b"IDAT":
-            idat += data[pos + 8:pos + 8 + length]
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        if data[pos + 4 : pos + 8] == b"IDAT":
+            idat += data[pos + 8 : pos + 8 + length]
         pos += 12 + length
     assert len(set(zlib.decompress(idat))) > 40

@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import gymnasium as gym
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from scipy import stats
-
-from budget_envs.core import text_space
 from budget_envs.wrappers import (
     BudgetWrapper,
     Choice,
@@ -22,7 +15,12 @@ from budget_envs.wrappers import (
     Uniform,
     parse_budget,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy import stats
 from toy_env import ToyEnv
+
+from budget_envs.core import text_space
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -184,7 +182,11 @@ def test_visibility_modes():
         ({"budget": 2.5}, TypeError, "2.5"),
         ({"budget": "ten"}, ValueError, "'ten'"),
         ({"budget": True}, TypeError, "True"),
-        ({"budget": Schedule.__new__(Schedule) if False else {"schedule": {3: 10}}}, ValueError, "episode 0"),
+        (
+            {"budget": Schedule.__new__(Schedule) if False else {"schedule": {3: 10}}},
+            ValueError,
+            "episode 0",
+        ),
         ({"visibility": "loud"}, ValueError, "'loud'"),
         ({"visibility": "remaining", "template": "{nope}"}, ValueError, "{nope}"),
         ({"warn_within": 0}, ValueError, "0"),
@@ -241,10 +243,14 @@ def _fault_turns(env, seed, turns):
     at=st.sets(st.integers(1, 30), max_size=6),
     max_faults=st.one_of(st.none(), st.integers(0, 6)),
     seed=st.integers(0, 2**31),
-    kinds=st.lists(st.sampled_from(["drop", "garble", "perturb"]), min_size=1, max_size=3, unique=True),
+    kinds=st.lists(
+        st.sampled_from(["drop", "garble", "perturb"]), min_size=1, max_size=3, unique=True
+    ),
 )
 def test_faults_fire_exactly_as_scheduled(at, max_faults, seed, kinds):
-    env = ErrorInjection(ToyEnv(), kinds=kinds, at_turn=sorted(at) or None, max_faults=max_faults, seed=seed)
+    env = ErrorInjection(
+        ToyEnv(), kinds=kinds, at_turn=sorted(at) or None, max_faults=max_faults, seed=seed
+    )
     fired = _fault_turns(env, seed, 30)
     expected = sorted(at)[: max_faults if max_faults is not None else None]
     assert [t for t, _ in fired] == expected
@@ -253,11 +259,19 @@ def test_faults_fire_exactly_as_scheduled(at, max_faults, seed, kinds):
 
 
 @SETTINGS
-@given(rate=st.floats(0.0, 1.0), seed=st.integers(0, 2**31), max_faults=st.one_of(st.none(), st.integers(0, 40)))
+@given(
+    rate=st.floats(0.0, 1.0),
+    seed=st.integers(0, 2**31),
+    max_faults=st.one_of(st.none(), st.integers(0, 40)),
+)
 def test_rate_schedule_is_seeded_and_capped(rate, seed, max_faults):
-    env = ErrorInjection(ToyEnv(), kinds={"drop": 1, "garble": 3}, rate=rate, max_faults=max_faults, seed=seed)
+    env = ErrorInjection(
+        ToyEnv(), kinds={"drop": 1, "garble": 3}, rate=rate, max_faults=max_faults, seed=seed
+    )
     first = _fault_turns(env, 0, 40)
-    again = ErrorInjection(ToyEnv(), kinds={"drop": 1, "garble": 3}, rate=rate, max_faults=max_faults, seed=seed)
+    again = ErrorInjection(
+        ToyEnv(), kinds={"drop": 1, "garble": 3}, rate=rate, max_faults=max_faults, seed=seed
+    )
     assert _fault_turns(again, 0, 40) == first
     if max_faults is not None:
         assert len(first) <= max_faults
@@ -281,8 +295,25 @@ def test_weighted_kinds():
 
 
 @SETTINGS
-@given(seed=st.integers(0, 2**31), actions=st.lists(st.sampled_from(
-    ["go east", "go west", "take key", "open door", "smash door", "look", "", "\x00", "dance"]), max_size=25))
+@given(
+    seed=st.integers(0, 2**31),
+    actions=st.lists(
+        st.sampled_from(
+            [
+                "go east",
+                "go west",
+                "take key",
+                "open door",
+                "smash door",
+                "look",
+                "",
+                "\x00",
+                "dance",
+            ]
+        ),
+        max_size=25,
+    ),
+)
 def test_a_fault_never_crashes_the_env(seed, actions):
     env = BudgetWrapper(
         ErrorInjection(ToyEnv(), kinds=["slip", "drop", "garble", "perturb"], rate=0.5, seed=seed),
@@ -365,8 +396,9 @@ def test_error_injection_bad_arguments(kwargs, exc, fragment):
 
 
 def test_make_with_faults_and_bad_faults():
-    import budget_envs  # noqa: F401
     from contract_helpers import TOY_ID, make
+
+    import budget_envs  # noqa: F401
 
     env = make(TOY_ID, faults={"kinds": "drop", "at_turn": 1, "seed": 0}, budget=4)
     env.reset(seed=0)

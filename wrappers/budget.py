@@ -6,9 +6,9 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from budget_envs.wrappers.budget_spec import BudgetSpec, parse_budget
 
 from budget_envs.core import PRINTABLE
-from budget_envs.wrappers.budget_spec import BudgetSpec, parse_budget
 
 __all__ = ["BudgetWrapper", "VISIBILITIES"]
 
@@ -18,9 +18,7 @@ DEFAULT_TEMPLATE = "Turns left: {remaining} of {limit}"
 _SEED_TAG = 0xB1D6E7  # keeps the budget stream apart from the env's own draws
 
 
-class BudgetWrapper(
-    gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArgs
-):
+class BudgetWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArgs):
     """Truncate the episode after T turns, with T drawn at every reset from a budget spec.
 
     A turn is one ``step`` call, invalid actions included. After the T-th turn, unless the episode
@@ -150,7 +148,9 @@ class BudgetWrapper(
             options = dict(options)
             override = options.pop("budget")
             if isinstance(override, bool) or not isinstance(override, (int, np.integer)):
-                raise TypeError(f"options['budget'] must be an int number of turns, got {override!r}")
+                raise TypeError(
+                    f"options['budget'] must be an int number of turns, got {override!r}"
+                )
             if override < 1:
                 raise ValueError(f"options['budget'] must be at least 1, got {override!r}")
         obs, info = self.env.reset(seed=seed, options=options)

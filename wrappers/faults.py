@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -90,7 +91,11 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
             weights_arr = np.asarray(weights, dtype=float)
         except (TypeError, ValueError):
             raise TypeError(f"fault kind weights must be numbers, got {kinds!r}") from None
-        if not np.all(np.isfinite(weights_arr)) or np.any(weights_arr < 0) or weights_arr.sum() <= 0:
+        if (
+            not np.all(np.isfinite(weights_arr))
+            or np.any(weights_arr < 0)
+            or weights_arr.sum() <= 0
+        ):
             raise ValueError(f"fault kind weights must be >= 0 and not all zero, got {kinds!r}")
         if at_turn is None:
             turns: frozenset[int] = frozenset()
@@ -100,10 +105,14 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
             try:
                 turns = frozenset(int(t) if _is_int(t) else t for t in at_turn)
             except TypeError:
-                raise TypeError(f"at_turn must be an int, a list of ints or None, got {at_turn!r}") from None
+                raise TypeError(
+                    f"at_turn must be an int, a list of ints or None, got {at_turn!r}"
+                ) from None
         for t in turns:
             if not _is_int(t) or t < 1:
-                raise ValueError(f"at_turn values must be ints >= 1 (1-based turns), got {at_turn!r}")
+                raise ValueError(
+                    f"at_turn values must be ints >= 1 (1-based turns), got {at_turn!r}"
+                )
         if isinstance(rate, bool) or not isinstance(rate, (int, float, np.floating, np.integer)):
             raise TypeError(f"rate must be a probability, got {rate!r}")
         if not 0.0 <= float(rate) <= 1.0:
@@ -215,7 +224,9 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
         cost_before = self._cost()
         executed: str | None = None
         if kind == "slip":
-            other = unwrapped.slip_action(action, rng) if hasattr(unwrapped, "slip_action") else None
+            other = (
+                unwrapped.slip_action(action, rng) if hasattr(unwrapped, "slip_action") else None
+            )
             if other is None:
                 obs, reward, terminated, truncated, info = self._skip()
             else:

@@ -17,8 +17,9 @@ import logging
 import os
 import random
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "Agent",
@@ -105,7 +106,12 @@ class OracleAgent:
     """
 
     def __init__(
-        self, *, epsilon: float = 0.0, seed: int = 0, tie_break: str = "random", name: str | None = None
+        self,
+        *,
+        epsilon: float = 0.0,
+        seed: int = 0,
+        tie_break: str = "random",
+        name: str | None = None,
     ) -> None:
         if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
             raise TypeError(f"epsilon must be a number in [0, 1], got {epsilon!r}")
@@ -222,11 +228,21 @@ class ChatAgent:
         if not isinstance(model, str) or not model:
             raise ValueError(f"model must be a non-empty string, got {model!r}")
         if not isinstance(api_key_env, str):
-            raise TypeError(f"api_key_env must be the name of an environment variable, got {api_key_env!r}")
-        for what, value, low in (("retries", retries, 0), ("history", history, 0), ("max_tokens", max_tokens, 1)):
+            raise TypeError(
+                f"api_key_env must be the name of an environment variable, got {api_key_env!r}"
+            )
+        for what, value, low in (
+            ("retries", retries, 0),
+            ("history", history, 0),
+            ("max_tokens", max_tokens, 1),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{what} must be an int >= {low}, got {value!r}")
-        for what, value in (("temperature", temperature), ("backoff", backoff), ("timeout", timeout)):
+        for what, value in (
+            ("temperature", temperature),
+            ("backoff", backoff),
+            ("timeout", timeout),
+        ):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"{what} must be a number >= 0, got {value!r}")
         if tools not in ("auto", "never"):
@@ -285,7 +301,9 @@ class ChatAgent:
                 logger.warning("chat request failed (attempt %d): %s", attempt + 1, last)
                 continue
             if resp.status_code >= 400:
-                raise AgentError(f"{url} rejected the request: HTTP {resp.status_code}: {resp.text[:500]}")
+                raise AgentError(
+                    f"{url} rejected the request: HTTP {resp.status_code}: {resp.text[:500]}"
+                )
             try:
                 return resp.json()
             except ValueError:
@@ -438,7 +456,9 @@ def make_agent(spec: str, *, seed: int = 0) -> Any:
     kwargs.setdefault("seed", seed)
     builders = {"random": RandomAgent, "oracle": OracleAgent, "chat": ChatAgent}
     if kind not in builders:
-        raise ValueError(f"unknown agent kind {kind!r} in {spec!r}; expected one of {sorted(builders)}")
+        raise ValueError(
+            f"unknown agent kind {kind!r} in {spec!r}; expected one of {sorted(builders)}"
+        )
     try:
         return builders[kind](**kwargs)
     except TypeError as exc:

@@ -13,8 +13,9 @@ cancellation, and the cost does not depend on the number of tasks beyond one his
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -256,11 +257,19 @@ def single_step_accuracy(records: Sequence[Any]) -> dict[str, float | int | None
     (``record == "probe"``) contribute ``correct`` (from oracle-prefix states). Returns
     ``{"on_policy", "on_policy_turns", "prefix", "prefix_states", "prefix_progress"}``.
     """
-    on = [a for r in records if _get(r, "record", "episode") == "episode"
-          for a in (_get(r, "oracle_agreement") or []) if a is not None]
+    on = [
+        a
+        for r in records
+        if _get(r, "record", "episode") == "episode"
+        for a in (_get(r, "oracle_agreement") or [])
+        if a is not None
+    ]
     # Probes past the end of a short task have no state to act in (correct is None).
-    probes = [r for r in records if _get(r, "record") == "probe" and not _get(r, "error")
-              and _get(r, "correct") is not None]
+    probes = [
+        r
+        for r in records
+        if _get(r, "record") == "probe" and not _get(r, "error") and _get(r, "correct") is not None
+    ]
     progress = [bool(_get(r, "progress")) for r in probes if _get(r, "progress") is not None]
     return {
         "on_policy": float(np.mean(on)) if on else None,
@@ -290,7 +299,9 @@ class RecoveryRow:
     unrecoverable: int = 0
 
 
-def recovery_table(records: Sequence[Any], budgets: Sequence[int] | None = None) -> list[RecoveryRow]:
+def recovery_table(
+    records: Sequence[Any], budgets: Sequence[int] | None = None
+) -> list[RecoveryRow]:
     """Recovery per fault turn and budget.
 
     Faulted episodes are the records whose ``fault_turn`` is set; the baseline is the records
@@ -334,9 +345,13 @@ def recovery_table(records: Sequence[Any], budgets: Sequence[int] | None = None)
                     unrecoverable += 1
                 elif before < UNSOLVABLE:
                     damage.append(after - before)
-        wanted = [run_budget] if budgets is None else [
-            int(b) for b in budgets if int(b) == run_budget or (hidden and int(b) < run_budget)
-        ]
+        wanted = (
+            [run_budget]
+            if budgets is None
+            else [
+                int(b) for b in budgets if int(b) == run_budget or (hidden and int(b) < run_budget)
+            ]
+        )
         for budget in sorted(set(wanted)):
             ref_turns: dict[str, list[int]] = {}
             for r in ref:
@@ -348,14 +363,20 @@ def recovery_table(records: Sequence[Any], budgets: Sequence[int] | None = None)
                 fs = within(r, budget)
                 if fs is not None:
                     got_turns.setdefault(str(_get(r, "task_id")), []).append(fs)
-            extra = [np.mean(turns) - np.mean(ref_turns[task]) for task, turns in got_turns.items() if task in ref_turns]
+            extra = [
+                np.mean(turns) - np.mean(ref_turns[task])
+                for task, turns in got_turns.items()
+                if task in ref_turns
+            ]
             rows.append(
                 RecoveryRow(
                     fault_turn=t,
                     budget=budget,
                     episodes=len(group),
                     success=float(np.mean([within(r, budget) is not None for r in group])),
-                    baseline_success=float(np.mean([within(r, budget) is not None for r in ref])) if ref else None,
+                    baseline_success=float(np.mean([within(r, budget) is not None for r in ref]))
+                    if ref
+                    else None,
                     damage=float(np.mean(damage)) if damage else None,
                     extra_turns=float(np.mean(extra)) if extra else None,
                     fired=fired / len(group),

@@ -9,9 +9,10 @@ from __future__ import annotations
 import csv
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -60,7 +61,9 @@ def _episodes(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in records if r.get("record", "episode") == "episode"]
 
 
-def _groups(records: Sequence[dict[str, Any]], kind: str = "episode") -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+def _groups(
+    records: Sequence[dict[str, Any]], kind: str = "episode"
+) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
     out: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in records:
         if r.get("record", "episode") != kind:
@@ -93,10 +96,16 @@ def group_surfaces(
                 rows.setdefault(task, {})[t] = m[i]
         task_ids = sorted(rows)
         # A task is usable when every T has every sample (no errors, no gaps).
-        full = [task for task in task_ids if all(t in rows[task] and np.all(rows[task][t] >= 0) for t in ts)]
+        full = [
+            task
+            for task in task_ids
+            if all(t in rows[task] and np.all(rows[task][t] >= 0) for t in ts)
+        ]
         notes = []
         if len(full) < len(task_ids):
-            notes.append(f"{len(task_ids) - len(full)} task(s) left out: missing or errored samples")
+            notes.append(
+                f"{len(task_ids) - len(full)} task(s) left out: missing or errored samples"
+            )
         if not full:
             continue
         ks = list(range(1, n + 1))
@@ -104,12 +113,24 @@ def group_surfaces(
         for j, t in enumerate(ts):
             m = np.stack([rows[task][t] for task in full])
             per_task[:, :, j] = pass_at_kt_per_task(m, ks, [t])[:, :, 0]
-        mean, low, high = bootstrap_pass_at_kt(None, ks, ts, n_boot=n_boot, seed=seed, per_task=per_task)
+        mean, low, high = bootstrap_pass_at_kt(
+            None, ks, ts, n_boot=n_boot, seed=seed, per_task=per_task
+        )
         out.append(
             GroupSurface(
-                env_id=env_id, agent=agent, visibility=vis, task_ids=full, ks=ks, ts=ts,
-                per_task=per_task, mean=mean, low=low, high=high, errors=errors,
-                missing=len(task_ids) - len(full), notes=notes,
+                env_id=env_id,
+                agent=agent,
+                visibility=vis,
+                task_ids=full,
+                ks=ks,
+                ts=ts,
+                per_task=per_task,
+                mean=mean,
+                low=low,
+                high=high,
+                errors=errors,
+                missing=len(task_ids) - len(full),
+                notes=notes,
             )
         )
     return out
@@ -169,8 +190,19 @@ def write_report(
         for s in surfaces:
             for a, k in enumerate(s.ks):
                 for b, t in enumerate(s.ts):
-                    w.writerow([s.env_id, s.agent, s.visibility, k, t, f"{s.mean[a, b]:.6f}",
-                                f"{s.low[a, b]:.6f}", f"{s.high[a, b]:.6f}", len(s.task_ids)])
+                    w.writerow(
+                        [
+                            s.env_id,
+                            s.agent,
+                            s.visibility,
+                            k,
+                            t,
+                            f"{s.mean[a, b]:.6f}",
+                            f"{s.low[a, b]:.6f}",
+                            f"{s.high[a, b]:.6f}",
+                            len(s.task_ids),
+                        ]
+                    )
     tables.append(path)
 
     # ---- summary
@@ -196,9 +228,16 @@ def write_report(
             reach = np.flatnonzero(s.mean[0] >= top1 / 2)
             half = s.ts[int(reach[0])] if reach.size else None
         row = {
-            "env_id": s.env_id, "agent": s.label, "tasks": len(s.task_ids), "n": s.ks[-1],
-            "T_max": s.ts[-1], "pass1": top1, "pass1_low": s.low[0, -1], "pass1_high": s.high[0, -1],
-            "passn": s.mean[-1, -1], "half_T": half,
+            "env_id": s.env_id,
+            "agent": s.label,
+            "tasks": len(s.task_ids),
+            "n": s.ks[-1],
+            "T_max": s.ts[-1],
+            "pass1": top1,
+            "pass1_low": s.low[0, -1],
+            "pass1_high": s.high[0, -1],
+            "passn": s.mean[-1, -1],
+            "half_T": half,
         }
         summary_rows.append(row)
         md.append(
@@ -218,8 +257,12 @@ def write_report(
         group = [s for s in surfaces if s.env_id == env_id]
         ts = sorted(set().union(*[set(s.ts) for s in group]))
         shown = sorted({ts[int(round(i))] for i in np.linspace(0, len(ts) - 1, min(len(ts), 6))})
-        md += [f"**{env_id}**", "", "| agent | " + " | ".join(f"T={t}" for t in shown) + " |",
-               "|---|" + "---|" * len(shown)]
+        md += [
+            f"**{env_id}**",
+            "",
+            "| agent | " + " | ".join(f"T={t}" for t in shown) + " |",
+            "|---|" + "---|" * len(shown),
+        ]
         for s in group:
             cells = [f"{s.mean[0, s.ts.index(t)]:.2f}" if t in s.ts else "n/a" for t in shown]
             md.append(f"| {s.label} | " + " | ".join(cells) + " |")
@@ -233,15 +276,21 @@ def write_report(
             continue
         acc_rows.append({"env_id": env_id, "agent": _label(agent, vis), "visibility": vis, **acc})
     if acc_rows:
-        md += ["## Single-step accuracy", "",
-               "Share of turns whose action is an oracle action: on the agent's own trajectories "
-               "(on-policy) and from oracle-prefix states (the oracle plays t turns, the agent "
-               "picks one action); progress = the action lowered the oracle cost-to-go.", "",
-               "| env | agent | on-policy | turns | oracle-prefix | states | prefix progress |",
-               "|---|---|---|---|---|---|---|"]
+        md += [
+            "## Single-step accuracy",
+            "",
+            "Share of turns whose action is an oracle action: on the agent's own trajectories "
+            "(on-policy) and from oracle-prefix states (the oracle plays t turns, the agent "
+            "picks one action); progress = the action lowered the oracle cost-to-go.",
+            "",
+            "| env | agent | on-policy | turns | oracle-prefix | states | prefix progress |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for r in acc_rows:
-            md.append(f"| {r['env_id']} | {r['agent']} | {_fmt(r['on_policy'])} | {r['on_policy_turns']} | "
-                      f"{_fmt(r['prefix'])} | {r['prefix_states']} | {_fmt(r['prefix_progress'])} |")
+            md.append(
+                f"| {r['env_id']} | {r['agent']} | {_fmt(r['on_policy'])} | {r['on_policy_turns']} | "
+                f"{_fmt(r['prefix'])} | {r['prefix_states']} | {_fmt(r['prefix_progress'])} |"
+            )
         path = out / "single_step.csv"
         _write_dicts(path, acc_rows)
         tables.append(path)
@@ -255,16 +304,24 @@ def write_report(
             continue
         t_max = max(fault_budgets)
         # Hidden runs give recovery at tighter budgets too, where it is not saturated.
-        budgets = sorted({max(1, t_max // 4), max(1, t_max // 2), t_max}) if vis == "hidden" else [t_max]
+        budgets = (
+            sorted({max(1, t_max // 4), max(1, t_max // 2), t_max}) if vis == "hidden" else [t_max]
+        )
         for row in recovery_table(recs, budgets=budgets):
-            rec_rows.append({"env_id": env_id, "agent": _label(agent, vis), "visibility": vis, **asdict(row)})
+            rec_rows.append(
+                {"env_id": env_id, "agent": _label(agent, vis), "visibility": vis, **asdict(row)}
+            )
     if rec_rows:
-        md += ["## Recovery", "",
-               "Success within the budget after one fault at turn t, against no fault at the same "
-               "T; damage = oracle cost-to-go the fault added; extra turns = first-success turn "
-               "with the fault minus without it (tasks solved both ways).", "",
-               "| env | agent | fault turn | T | episodes | fired | success | no-fault success | damage | extra turns | unrecoverable |",
-               "|---|---|---|---|---|---|---|---|---|---|---|"]
+        md += [
+            "## Recovery",
+            "",
+            "Success within the budget after one fault at turn t, against no fault at the same "
+            "T; damage = oracle cost-to-go the fault added; extra turns = first-success turn "
+            "with the fault minus without it (tasks solved both ways).",
+            "",
+            "| env | agent | fault turn | T | episodes | fired | success | no-fault success | damage | extra turns | unrecoverable |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in rec_rows:
             md.append(
                 f"| {r['env_id']} | {r['agent']} | {r['fault_turn']} | {r['budget']} | {r['episodes']} | "
@@ -277,9 +334,16 @@ def write_report(
         md.append("")
 
     if errors:
-        md += ["## Errors", "", "Episodes that ended in an agent or endpoint error (not counted as failures):", ""]
+        md += [
+            "## Errors",
+            "",
+            "Episodes that ended in an agent or endpoint error (not counted as failures):",
+            "",
+        ]
         for r in errors[:20]:
-            md.append(f"- {r['env_id']} {r['agent']} {r['task_id']} sample {r.get('sample', '-')}: {r['error'][:200]}")
+            md.append(
+                f"- {r['env_id']} {r['agent']} {r['task_id']} sample {r.get('sample', '-')}: {r['error'][:200]}"
+            )
         md.append("")
 
     if figures and surfaces:
@@ -292,7 +356,9 @@ def write_report(
     return ReportResult(out_dir=out, markdown=md_path, tables=tables, figures=figs, text=text)
 
 
-def _all_groups(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+def _all_groups(
+    records: Sequence[dict[str, Any]],
+) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
     out: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in records:
         out.setdefault((r["env_id"], r["agent"], r.get("visibility", "hidden")), []).append(r)
@@ -309,7 +375,9 @@ def _write_dicts(path: Path, rows: list[dict[str, Any]]) -> None:
             w.writerow({k: (f"{v:.6f}" if isinstance(v, float) else v) for k, v in row.items()})
 
 
-def _figures(surfaces: list[GroupSurface], acc_rows: list[dict], rec_rows: list[dict], out: Path) -> list[Path]:
+def _figures(
+    surfaces: list[GroupSurface], acc_rows: list[dict], rec_rows: list[dict], out: Path
+) -> list[Path]:
     Figure = _figure_module()
     from matplotlib.ticker import MaxNLocator
 
@@ -321,9 +389,17 @@ def _figures(surfaces: list[GroupSurface], acc_rows: list[dict], rec_rows: list[
         fig = Figure(figsize=(4.2 * len(group), 3.6), layout="constrained")
         axes = fig.subplots(1, len(group), squeeze=False)[0]
         for ax, s in zip(axes, group):
-            im = ax.imshow(s.mean, origin="lower", aspect="auto", vmin=0, vmax=1, cmap="viridis",
-                           extent=(s.ts[0] - 0.5, s.ts[-1] + 0.5, s.ks[0] - 0.5, s.ks[-1] + 0.5)
-                           if s.visibility == "hidden" else None)
+            im = ax.imshow(
+                s.mean,
+                origin="lower",
+                aspect="auto",
+                vmin=0,
+                vmax=1,
+                cmap="viridis",
+                extent=(s.ts[0] - 0.5, s.ts[-1] + 0.5, s.ks[0] - 0.5, s.ks[-1] + 0.5)
+                if s.visibility == "hidden"
+                else None,
+            )
             if s.visibility != "hidden":
                 ax.set_xticks(range(len(s.ts)), [str(t) for t in s.ts])
                 ax.set_yticks(range(len(s.ks)), [str(k) for k in s.ks])
@@ -342,9 +418,20 @@ def _figures(surfaces: list[GroupSurface], acc_rows: list[dict], rec_rows: list[
         for s in group:
             # Hidden runs give a step function of T; visible runs only the budgets they ran.
             step = "post" if s.visibility == "hidden" else None
-            line = ax.plot(s.ts, s.mean[0], "-" if step else "o--", drawstyle="steps-post" if step else "default", label=s.label)[0]
+            line = ax.plot(
+                s.ts,
+                s.mean[0],
+                "-" if step else "o--",
+                drawstyle="steps-post" if step else "default",
+                label=s.label,
+            )[0]
             ax.fill_between(s.ts, s.low[0], s.high[0], alpha=0.2, step=step, color=line.get_color())
-        ax.set(xlabel="T (turn budget)", ylabel="Pass@(1,T)", ylim=(-0.02, 1.02), title=f"{env_id}: Pass@(1,T), 95% CI")
+        ax.set(
+            xlabel="T (turn budget)",
+            ylabel="Pass@(1,T)",
+            ylim=(-0.02, 1.02),
+            title=f"{env_id}: Pass@(1,T), 95% CI",
+        )
         ax.legend(fontsize=8)
         paths.append(_save(fig, out / f"{slug}_pass1_vs_T.png"))
         # Pass@(K,T_max)
@@ -353,7 +440,12 @@ def _figures(surfaces: list[GroupSurface], acc_rows: list[dict], rec_rows: list[
         for s in group:
             ax.plot(s.ks, s.mean[:, -1], "o-", label=f"{s.label} (T={s.ts[-1]})")
             ax.fill_between(s.ks, s.low[:, -1], s.high[:, -1], alpha=0.2)
-        ax.set(xlabel="K (samples)", ylabel="Pass@(K,T_max)", ylim=(-0.02, 1.02), title=f"{env_id}: Pass@(K,T_max), 95% CI")
+        ax.set(
+            xlabel="K (samples)",
+            ylabel="Pass@(K,T_max)",
+            ylim=(-0.02, 1.02),
+            title=f"{env_id}: Pass@(K,T_max), 95% CI",
+        )
         ax.legend(fontsize=8)
         paths.append(_save(fig, out / f"{slug}_passK_at_Tmax.png"))
         # single-step accuracy
@@ -367,7 +459,11 @@ def _figures(surfaces: list[GroupSurface], acc_rows: list[dict], rec_rows: list[
             ax.bar(x - 0.2, on, 0.4, label="on-policy")
             ax.bar(x + 0.2, pre, 0.4, label="oracle-prefix")
             ax.set_xticks(x, [r["agent"] for r in rows], fontsize=8)
-            ax.set(ylabel="share of oracle actions", ylim=(0, 1.05), title=f"{env_id}: single-step accuracy")
+            ax.set(
+                ylabel="share of oracle actions",
+                ylim=(0, 1.05),
+                title=f"{env_id}: single-step accuracy",
+            )
             ax.legend(fontsize=8)
             paths.append(_save(fig, out / f"{slug}_single_step.png"))
         rows = [r for r in rec_rows if r["env_id"] == env_id]
@@ -378,18 +474,34 @@ def _figures(surfaces: list[GroupSurface], acc_rows: list[dict], rec_rows: list[
             agents = sorted({r["agent"] for r in rows})
             for ax, budget in zip(axes, budgets):
                 for i, agent in enumerate(agents):
-                    mine = sorted((r for r in rows if r["agent"] == agent and r["budget"] == budget),
-                                  key=lambda r: r["fault_turn"])
+                    mine = sorted(
+                        (r for r in rows if r["agent"] == agent and r["budget"] == budget),
+                        key=lambda r: r["fault_turn"],
+                    )
                     if not mine:
                         continue
                     color = f"C{i}"
-                    ax.plot([r["fault_turn"] for r in mine], [r["success"] for r in mine], "o-", color=color,
-                            label=f"{agent}: fault at t")
+                    ax.plot(
+                        [r["fault_turn"] for r in mine],
+                        [r["success"] for r in mine],
+                        "o-",
+                        color=color,
+                        label=f"{agent}: fault at t",
+                    )
                     if mine[0]["baseline_success"] is not None:
-                        ax.axhline(mine[0]["baseline_success"], color=color, ls=":", label=f"{agent}: no fault")
+                        ax.axhline(
+                            mine[0]["baseline_success"],
+                            color=color,
+                            ls=":",
+                            label=f"{agent}: no fault",
+                        )
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-                ax.set(xlabel="fault turn t", ylabel=f"success within T={budget}", ylim=(-0.02, 1.02),
-                       title=f"T = {budget}")
+                ax.set(
+                    xlabel="fault turn t",
+                    ylabel=f"success within T={budget}",
+                    ylim=(-0.02, 1.02),
+                    title=f"T = {budget}",
+                )
             axes[-1].legend(fontsize=7)
             fig.suptitle(f"{env_id}: recovery from one fault (dotted: no fault, same T)")
             paths.append(_save(fig, out / f"{slug}_recovery.png"))
@@ -420,7 +532,11 @@ class Comparison:
 
 
 def _pick(surfaces: list[GroupSurface], env_id: str, agent: str | None) -> GroupSurface | None:
-    mine = [s for s in surfaces if s.env_id == env_id and (agent is None or s.agent == agent or s.label == agent)]
+    mine = [
+        s
+        for s in surfaces
+        if s.env_id == env_id and (agent is None or s.agent == agent or s.label == agent)
+    ]
     if agent is None and len(mine) > 1:
         raise ValueError(
             f"{env_id}: the run holds several agents {[s.label for s in mine]}; choose one with "
@@ -468,7 +584,9 @@ def compare_runs(
         ka, kb = [a.ks.index(k) for k in ks], [b.ks.index(k) for k in ks]
         ta, tb = [a.ts.index(t) for t in ts], [b.ts.index(t) for t in ts]
         diff_tasks = b.per_task[np.ix_(ib, kb, tb)] - a.per_task[np.ix_(ia, ka, ta)]
-        mean, low, high = bootstrap_pass_at_kt(None, ks, ts, n_boot=n_boot, seed=seed, per_task=diff_tasks)
+        mean, low, high = bootstrap_pass_at_kt(
+            None, ks, ts, n_boot=n_boot, seed=seed, per_task=diff_tasks
+        )
         holds_from: dict[int, int | None] = {}
         for i, k in enumerate(ks):
             ok = low[i] > 0
@@ -491,8 +609,19 @@ def compare_runs(
             else:
                 below = ts[ts.index(hf) - 1]
                 lines.append(f"  K={k}: {top}; holds for T >= {hf}, vanishes at T = {below}")
-        comp = Comparison(env_id=env_id, label_a=a.label, label_b=b.label, ks=ks, ts=ts, tasks=len(tasks),
-                          diff=mean, low=low, high=high, holds_from=holds_from, text="\n".join(lines))
+        comp = Comparison(
+            env_id=env_id,
+            label_a=a.label,
+            label_b=b.label,
+            ks=ks,
+            ts=ts,
+            tasks=len(tasks),
+            diff=mean,
+            low=low,
+            high=high,
+            holds_from=holds_from,
+            text="\n".join(lines),
+        )
         results.append(comp)
     if out_dir is not None:
         _write_comparison(results, Path(out_dir), figures)
@@ -507,10 +636,25 @@ def _write_comparison(results: list[Comparison], out: Path, figures: bool) -> No
         for c in results:
             for i, k in enumerate(c.ks):
                 for j, t in enumerate(c.ts):
-                    w.writerow([c.env_id, c.label_a, c.label_b, k, t, f"{c.diff[i, j]:.6f}",
-                                f"{c.low[i, j]:.6f}", f"{c.high[i, j]:.6f}", int(c.low[i, j] > 0)])
-    md = ["# Comparison (B minus A)", "", "95% paired bootstrap over shared tasks; the gain holds "
-          "where the interval is above 0.", ""]
+                    w.writerow(
+                        [
+                            c.env_id,
+                            c.label_a,
+                            c.label_b,
+                            k,
+                            t,
+                            f"{c.diff[i, j]:.6f}",
+                            f"{c.low[i, j]:.6f}",
+                            f"{c.high[i, j]:.6f}",
+                            int(c.low[i, j] > 0),
+                        ]
+                    )
+    md = [
+        "# Comparison (B minus A)",
+        "",
+        "95% paired bootstrap over shared tasks; the gain holds where the interval is above 0.",
+        "",
+    ]
     for c in results:
         md += ["```", c.text, "```", ""]
     if figures and results:
@@ -524,9 +668,16 @@ def _write_comparison(results: list[Comparison], out: Path, figures: bool) -> No
             if holds.size:
                 ax.scatter(holds[:, 1], holds[:, 0], marker=".", s=8, color="k", label="gain holds")
                 ax.legend(fontsize=7, loc="upper left")
-            ax.set_xticks(range(len(c.ts))[:: max(1, len(c.ts) // 10)], [str(t) for t in c.ts][:: max(1, len(c.ts) // 10)])
+            ax.set_xticks(
+                range(len(c.ts))[:: max(1, len(c.ts) // 10)],
+                [str(t) for t in c.ts][:: max(1, len(c.ts) // 10)],
+            )
             ax.set_yticks(range(len(c.ks)), [str(k) for k in c.ks])
-            ax.set(xlabel="T (turn budget)", ylabel="K (samples)", title=f"{c.env_id}: {c.label_b} - {c.label_a}")
+            ax.set(
+                xlabel="T (turn budget)",
+                ylabel="K (samples)",
+                title=f"{c.env_id}: {c.label_b} - {c.label_a}",
+            )
             fig.colorbar(im, ax=ax, label="Pass@(K,T) difference")
             name = f"{_slug(c.env_id.split('/')[-1])}_difference.png"
             fig.savefig(out / name, dpi=110)

@@ -20,9 +20,10 @@ import math
 import os
 import time
 import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -122,7 +123,11 @@ class EpisodeJob:
 
     @property
     def key(self) -> str:
-        fault = "none" if self.fault_turn is None else f"{self.fault_turn}:{'+'.join(self.fault_kinds or ())}"
+        fault = (
+            "none"
+            if self.fault_turn is None
+            else f"{self.fault_turn}:{'+'.join(self.fault_kinds or ())}"
+        )
         return (
             f"episode|{self.env_id}|{self.agent}|{self.task_id}|{self.sample}|T{self.budget}|"
             f"{self.visibility}|fault={fault}"
@@ -183,15 +188,27 @@ class EvalPlan:
         if not self.env_ids:
             raise ValueError("env_ids must name at least one registered env id")
         if not isinstance(self.agents, Mapping) or not self.agents:
-            raise ValueError(f"agents must be a non-empty mapping name -> agent, got {self.agents!r}")
-        for what, value, low in (("samples", self.samples, 1), ("probe_states", self.probe_states, 0), ("seed", self.seed, 0)):
+            raise ValueError(
+                f"agents must be a non-empty mapping name -> agent, got {self.agents!r}"
+            )
+        for what, value, low in (
+            ("samples", self.samples, 1),
+            ("probe_states", self.probe_states, 0),
+            ("seed", self.seed, 0),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{what} must be an int >= {low}, got {value!r}")
         if isinstance(self.tasks, int) and (isinstance(self.tasks, bool) or self.tasks < 1):
-            raise ValueError(f"tasks must be a positive int or a list of task ids, got {self.tasks!r}")
+            raise ValueError(
+                f"tasks must be a positive int or a list of task ids, got {self.tasks!r}"
+            )
         if self.budgets is not None:
-            if not self.budgets or any(isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in self.budgets):
-                raise ValueError(f"budgets must be a non-empty list of ints >= 1, got {self.budgets!r}")
+            if not self.budgets or any(
+                isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in self.budgets
+            ):
+                raise ValueError(
+                    f"budgets must be a non-empty list of ints >= 1, got {self.budgets!r}"
+                )
         for t in self.fault_turns:
             if isinstance(t, bool) or not isinstance(t, int) or t < 1:
                 raise ValueError(f"fault_turns must be ints >= 1, got {self.fault_turns!r}")
@@ -202,7 +219,8 @@ class EvalPlan:
         """The plan as JSON (agents by spec or by class name)."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["agents"] = {
-            name: a if isinstance(a, str) else f"<{type(a).__name__}>" for name, a in self.agents.items()
+            name: a if isinstance(a, str) else f"<{type(a).__name__}>"
+            for name, a in self.agents.items()
         }
         data["fault_kinds"] = list(self.fault_kinds)
         return data
@@ -228,7 +246,9 @@ def default_t_max(env_id: str) -> int:
     return int(parse_budget(entry_for(env_id).default_budget).t_max)
 
 
-def _task_list(env_id: str, tasks: int | list[Any], env_kwargs: Mapping[str, Any]) -> list[tuple[int, str]]:
+def _task_list(
+    env_id: str, tasks: int | list[Any], env_kwargs: Mapping[str, Any]
+) -> list[tuple[int, str]]:
     env = _make(env_id, budget=None, **env_kwargs)
     try:
         ids = list(env.unwrapped.task_ids)
@@ -276,7 +296,9 @@ def plan_jobs(plan: EvalPlan) -> list[EpisodeJob | ProbeJob]:
                                     budget=budget,
                                     visibility=plan.visibility,
                                     fault_turn=fault_turn,
-                                    fault_kinds=None if fault_turn is None else tuple(plan.fault_kinds),
+                                    fault_kinds=None
+                                    if fault_turn is None
+                                    else tuple(plan.fault_kinds),
                                     track_oracle=plan.track_oracle,
                                 )
                             )
@@ -342,9 +364,17 @@ class _Worker:
             else:
                 faults = None
                 if job.fault_turn is not None:
-                    faults = {"kinds": list(job.fault_kinds or ("slip",)), "at_turn": job.fault_turn, "max_faults": 1}
+                    faults = {
+                        "kinds": list(job.fault_kinds or ("slip",)),
+                        "at_turn": job.fault_turn,
+                        "max_faults": 1,
+                    }
                 self.envs[key] = _make(
-                    env_id, visibility=job.visibility, budget=job.budget, faults=faults, **env_kwargs
+                    env_id,
+                    visibility=job.visibility,
+                    budget=job.budget,
+                    faults=faults,
+                    **env_kwargs,
                 )
         return self.envs[key]
 
@@ -391,7 +421,9 @@ def run_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeRecord:
     error = None
     obs, info = env.reset(seed=job.seed, options={"task_id": job.task_index, "budget": job.budget})
     try:
-        agent.reset(env_id=job.env_id, observation=obs, info=_agent_info(info, hidden), seed=job.seed)
+        agent.reset(
+            env_id=job.env_id, observation=obs, info=_agent_info(info, hidden), seed=job.seed
+        )
         while True:
             action = agent.act(obs, _agent_info(info, hidden))
             if agreement is not None:
@@ -453,8 +485,12 @@ def run_probe(job: ProbeJob, agent: Any, env: gym.Env) -> ProbeRecord:
     try:
         # The env replays the task's seed; the agent gets a seed of its own per probe state, so
         # the probes of one task are independent draws rather than one draw repeated.
-        agent_seed = int(np.random.SeedSequence([job.seed, job.prefix_turns, 0x9B0BE]).generate_state(1)[0])
-        agent.reset(env_id=job.env_id, observation=obs, info=_agent_info(info, True), seed=agent_seed)
+        agent_seed = int(
+            np.random.SeedSequence([job.seed, job.prefix_turns, 0x9B0BE]).generate_state(1)[0]
+        )
+        agent.reset(
+            env_id=job.env_id, observation=obs, info=_agent_info(info, True), seed=agent_seed
+        )
         done = False
         for _ in range(job.prefix_turns):
             best = unwrapped.oracle_actions()
@@ -500,7 +536,9 @@ def run_probe(job: ProbeJob, agent: Any, env: gym.Env) -> ProbeRecord:
     )
 
 
-def _run_one(worker: _Worker, job: EpisodeJob | ProbeJob, env_kwargs: Mapping[str, Any]) -> EpisodeRecord | ProbeRecord:
+def _run_one(
+    worker: _Worker, job: EpisodeJob | ProbeJob, env_kwargs: Mapping[str, Any]
+) -> EpisodeRecord | ProbeRecord:
     agent = worker.agent(job.agent)
     if isinstance(job, ProbeJob):
         return run_probe(job, agent, worker.env(None, job.env_id, env_kwargs))
@@ -548,7 +586,11 @@ _RAY_WORKERS: dict[str, _Worker] = {}
 
 
 def _ray_chunk(
-    token: str, agents: Mapping[str, Any], entries: Sequence[Any], chunk: list[Any], env_kwargs: Mapping[str, Any]
+    token: str,
+    agents: Mapping[str, Any],
+    entries: Sequence[Any],
+    chunk: list[Any],
+    env_kwargs: Mapping[str, Any],
 ) -> list[Any]:
     # Ray reuses worker processes: keep one _Worker per run (token), so envs are built once.
     worker = _RAY_WORKERS.get(token)
@@ -571,13 +613,26 @@ def _entries(env_ids: Iterable[str]) -> list[Any]:
     return [entry_for(e) for e in sorted(set(env_ids))]
 
 
-def _iter_process(jobs: list[Any], agents: Mapping[str, Any], env_kwargs: Mapping[str, Any], workers: int, chunk: int) -> Iterator[Any]:
+def _iter_process(
+    jobs: list[Any],
+    agents: Mapping[str, Any],
+    env_kwargs: Mapping[str, Any],
+    workers: int,
+    chunk: int,
+) -> Iterator[Any]:
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     # fork: workers inherit ids registered at run time (tests, users' own envs) and the agents.
-    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_pool_init, initargs=(agents, _entries(j.env_id for j in jobs))) as pool:
+    ctx = multiprocessing.get_context(
+        "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    )
+    with ProcessPoolExecutor(
+        workers,
+        mp_context=ctx,
+        initializer=_pool_init,
+        initargs=(agents, _entries(j.env_id for j in jobs)),
+    ) as pool:
         pending = {pool.submit(_pool_chunk, c, env_kwargs) for c in _chunks(jobs, chunk)}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -585,7 +640,13 @@ def _iter_process(jobs: list[Any], agents: Mapping[str, Any], env_kwargs: Mappin
                 yield from fut.result()
 
 
-def _iter_ray(jobs: list[Any], agents: Mapping[str, Any], env_kwargs: Mapping[str, Any], address: str, chunk: int) -> Iterator[Any]:
+def _iter_ray(
+    jobs: list[Any],
+    agents: Mapping[str, Any],
+    env_kwargs: Mapping[str, Any],
+    address: str,
+    chunk: int,
+) -> Iterator[Any]:
     try:
         import ray
     except ImportError as exc:
@@ -601,7 +662,10 @@ def _iter_ray(jobs: list[Any], agents: Mapping[str, Any], env_kwargs: Mapping[st
     agents_ref = ray.put(dict(agents))
     entries_ref = ray.put(_entries(j.env_id for j in jobs))
     token = f"{os.getpid()}-{time.time_ns()}"
-    pending = [remote.remote(token, agents_ref, entries_ref, c, dict(env_kwargs)) for c in _chunks(jobs, chunk)]
+    pending = [
+        remote.remote(token, agents_ref, entries_ref, c, dict(env_kwargs))
+        for c in _chunks(jobs, chunk)
+    ]
     while pending:
         done, pending = ray.wait(pending, num_returns=1)
         for ref in done:
@@ -685,7 +749,9 @@ def run_plan(
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / CONFIG_FILE
     if not config_path.exists() or not resume:
-        config_path.write_text(json.dumps(plan.to_json(), indent=2, default=str) + "\n", encoding="utf-8")
+        config_path.write_text(
+            json.dumps(plan.to_json(), indent=2, default=str) + "\n", encoding="utf-8"
+        )
     all_jobs = plan_jobs(plan)
     jobs = [j for j in all_jobs if j.key not in done_keys]
     skipped = len(all_jobs) - len(jobs)
@@ -738,13 +804,26 @@ def transcript(
         bind(env.unwrapped.oracle_actions)
     try:
         obs, info = env.reset(seed=seed, options={"task_id": task})
-        turns = [{"turn": 0, "goal": info.get("goal"), "observation": obs, "budget": info.get("budget")}]
-        agent.reset(env_id=env_id, observation=obs, info=_agent_info(info, visibility == "hidden"), seed=seed)
+        turns = [
+            {"turn": 0, "goal": info.get("goal"), "observation": obs, "budget": info.get("budget")}
+        ]
+        agent.reset(
+            env_id=env_id,
+            observation=obs,
+            info=_agent_info(info, visibility == "hidden"),
+            seed=seed,
+        )
         for t in range(1, (max_turns or limit) + 1):
             action = agent.act(obs, _agent_info(info, visibility == "hidden"))
             obs, reward, terminated, truncated, info = env.step(action)
-            entry = {"turn": t, "action": action, "observation": obs, "reward": float(reward),
-                     "budget": info.get("budget"), "fault": info.get("fault")}
+            entry = {
+                "turn": t,
+                "action": action,
+                "observation": obs,
+                "reward": float(reward),
+                "budget": info.get("budget"),
+                "fault": info.get("fault"),
+            }
             if "episode_summary" in info:
                 entry["episode_summary"] = info["episode_summary"]
             turns.append(entry)

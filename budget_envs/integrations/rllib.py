@@ -116,7 +116,9 @@ class MaskedTextEnv(gym.Env):
         if not isinstance(fill_placeholder, bool):
             raise TypeError(f"fill_placeholder must be a bool, got {fill_placeholder!r}")
         for name, value in (
-            ("max_actions", max_actions), ("obs_dim", obs_dim), ("slot_dim", slot_dim),
+            ("max_actions", max_actions),
+            ("obs_dim", obs_dim),
+            ("slot_dim", slot_dim),
             ("max_budget", max_budget),
         ):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -125,8 +127,12 @@ class MaskedTextEnv(gym.Env):
             from budget_envs.integrations.trl import make_env
 
             env = make_env(
-                env, budget=budget, visibility=visibility, faults=faults,
-                process_reward=process_reward, **(env_kwargs or {}),
+                env,
+                budget=budget,
+                visibility=visibility,
+                faults=faults,
+                process_reward=process_reward,
+                **(env_kwargs or {}),
             )
         elif not isinstance(env, gym.Env):
             raise TypeError(f"env must be an env id or a gymnasium.Env, got {env!r}")
@@ -258,7 +264,8 @@ def _module_class() -> type:
 
         def __init__(self, *args: Any, observation_space: gym.Space | None = None, **kwargs: Any):
             if not isinstance(observation_space, spaces.Dict) or set(observation_space) != {
-                "observations", "action_mask"
+                "observations",
+                "action_mask",
             }:
                 raise ValueError(
                     "MaskedPPOTorchModule needs a Dict(observations=Box, action_mask=Box) "

@@ -12,7 +12,8 @@ It is a test fixture, not a useful agent: users pass a real model name to the ex
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from gymnasium.error import DependencyNotInstalled
 
@@ -23,8 +24,14 @@ logger = logging.getLogger(__name__)
 #: Chat markup of the Qwen3 template; ``<|im_end|>`` ends a turn and is the EOS token.
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 #: Tool-call markup stays decodable text (not special), so TRL's parser sees it after decoding.
-MARKUP_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
-                 "<think>", "</think>")
+MARKUP_TOKENS = (
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+)
 
 _BASE_CORPUS = (
     "You are an agent. Reply with one action per turn. Turns left: 3 of 10. "

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -159,12 +160,12 @@ class _Dialogue:
             {"role": "user", "content": _MARK_U},
         ]
         text = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
-        after = text[text.index(_MARK_A) + len(_MARK_A):]
+        after = text[text.index(_MARK_A) + len(_MARK_A) :]
         self.before_obs, _, self.after_obs = after.partition(_MARK_U)
         eos = tokenizer.eos_token or ""
         self.eos_id = tokenizer.eos_token_id
         ends_with_eos = bool(eos) and self.before_obs.startswith(eos)
-        self.before_obs_no_eos = self.before_obs[len(eos):] if ends_with_eos else self.before_obs
+        self.before_obs_no_eos = self.before_obs[len(eos) :] if ends_with_eos else self.before_obs
 
     def _messages(self, first: str) -> list[dict[str, str]]:
         msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
@@ -233,8 +234,12 @@ class BudgetMixRollout:
             raise ValueError(f"max_turn_tokens must be at least 1, got {max_turn_tokens!r}")
         if isinstance(env, str):
             env = make_env(
-                env, budget=budget, visibility=visibility, faults=faults,
-                process_reward=process_reward, **(env_kwargs or {}),
+                env,
+                budget=budget,
+                visibility=visibility,
+                faults=faults,
+                process_reward=process_reward,
+                **(env_kwargs or {}),
             )
         elif not isinstance(env, gym.Env):
             raise TypeError(f"env must be an env id or a gymnasium.Env, got {env!r}")
@@ -256,8 +261,9 @@ class BudgetMixRollout:
         args = trainer.args
         limit = int(getattr(args, "max_completion_length", 256) or 256)
         temperature = float(getattr(args, "temperature", 1.0) or 1.0)
-        episodes = self.play(prompts, model, tokenizer, max_completion_length=limit,
-                             temperature=temperature)
+        episodes = self.play(
+            prompts, model, tokenizer, max_completion_length=limit, temperature=temperature
+        )
         return {
             "prompt_ids": [e.prompt_ids for e in episodes],
             "completion_ids": [e.completion_ids for e in episodes],
@@ -346,7 +352,7 @@ class BudgetMixRollout:
                     pad_token_id=tokenizer.pad_token_id,
                     eos_token_id=tokenizer.eos_token_id,
                 )
-            reply = out.sequences[0, len(context):].tolist()
+            reply = out.sequences[0, len(context) :].tolist()
             # Generation stops at EOS; anything after it would be padding.
             if tokenizer.eos_token_id in reply:
                 reply = reply[: reply.index(tokenizer.eos_token_id) + 1]
@@ -571,8 +577,11 @@ def _schema_method(fn: dict[str, Any]) -> Callable[..., str]:
             sig.append(inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY, annotation=kind))
             annotations[pname] = kind
         else:
-            sig.append(inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY,
-                                         default=None, annotation=kind | None))
+            sig.append(
+                inspect.Parameter(
+                    pname, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind | None
+                )
+            )
             annotations[pname] = kind | None
         doc_args.append(f"    {pname}: {' '.join(str(spec.get('description', pname)).split())}")
     annotations["return"] = str
@@ -580,7 +589,9 @@ def _schema_method(fn: dict[str, Any]) -> Callable[..., str]:
     method.__annotations__ = annotations
     method.__name__ = method.__qualname__ = tool_name
     description = " ".join(str(fn.get("description", tool_name)).split())
-    method.__doc__ = description + (
-        "\n\nArgs:\n" + "\n".join(doc_args) if doc_args else ""
-    ) + "\n\nReturns:\n    The tool's JSON result."
+    method.__doc__ = (
+        description
+        + ("\n\nArgs:\n" + "\n".join(doc_args) if doc_args else "")
+        + "\n\nReturns:\n    The tool's JSON result."
+    )
     return method

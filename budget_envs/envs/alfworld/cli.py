@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from budget_envs.envs.alfworld import generate
 from budget_envs.envs.alfworld.env import default_cache_dir
@@ -15,8 +15,9 @@ __all__ = ["prepare_main"]
 
 def prepare_main(argv: Sequence[str] | None = None) -> int:
     """``budgetmix prepare alfworld [--split S] [--n N] [--cache-dir D] [--warm]``."""
-    parser = argparse.ArgumentParser(prog="budgetmix prepare alfworld",
-                                     description="Generate ALFWorld tasks into the cache.")
+    parser = argparse.ArgumentParser(
+        prog="budgetmix prepare alfworld", description="Generate ALFWorld tasks into the cache."
+    )
     parser.add_argument("--split", choices=generate.SPLITS + ("all",), default="all")
     parser.add_argument("--n", type=int, default=None, help="tasks per split (default: all)")
     parser.add_argument("--cache-dir", default=None, help="default: %s" % default_cache_dir())

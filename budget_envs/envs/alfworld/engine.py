@@ -111,15 +111,18 @@ def _translate(domain: str, problem: str) -> _Translation:
             if isinstance(atom, pddl.conditions.Atom):
                 if atom.predicate == "=":
                     continue
-                facts.append(Proposition(atom.predicate,
-                                         [Variable(a, name2type[a]) for a in atom.args]))
+                facts.append(
+                    Proposition(atom.predicate, [Variable(a, name2type[a]) for a in atom.args])
+                )
             elif isinstance(atom, pddl.f_expression.Assign):
                 if atom.fluent.symbol == "total-cost":
                     continue
                 name = str(atom.expression.value)
                 if name.isdigit():
                     continue
-                facts.append(Proposition(name, [Variable(a, name2type[a]) for a in atom.fluent.args]))
+                facts.append(
+                    Proposition(name, [Variable(a, name2type[a]) for a in atom.fluent.args])
+                )
         dynamic = set()
         for action in task.actions:
             for eff in action.effects:
@@ -138,7 +141,9 @@ def _replan_sas(domain: str, problem: str, tr: _Translation) -> str:
         argv = sys.argv
         with _TRANSLATE_LOCK:
             try:
-                _, tr.sas_replan = fast_downward.pddl2sas(domain, problem, verbose=False, optimize=True)
+                _, tr.sas_replan = fast_downward.pddl2sas(
+                    domain, problem, verbose=False, optimize=True
+                )
             finally:
                 sys.argv = argv
     return tr.sas_replan
@@ -146,13 +151,16 @@ def _replan_sas(domain: str, problem: str, tr: _Translation) -> str:
 
 def _logic(domain: str, grammar: str) -> Any:
     _, logic_mod = _deps.textworld_pddl()
-    return _LOGICS.get_or(_key(domain, grammar), lambda: logic_mod.GameLogic(domain=domain, grammar=grammar))
+    return _LOGICS.get_or(
+        _key(domain, grammar), lambda: logic_mod.GameLogic(domain=domain, grammar=grammar)
+    )
 
 
 def _new_state(lib: Any, tr: _Translation, logic: Any, problem: str) -> Any:
     """A textworld ``PddlState`` built from a memoised translation (same facts, same lib state)."""
-    import textworld.logic  # noqa: PLC0415
     from collections import Counter, defaultdict  # noqa: PLC0415
+
+    import textworld.logic  # noqa: PLC0415
 
     _, logic_mod = _deps.textworld_pddl()
     state = logic_mod.PddlState.__new__(logic_mod.PddlState)
@@ -235,7 +243,10 @@ class _Deriver:
         for rule in rules:
             if not rule.condition:
                 return rule.rhs
-            if any(True for _ in state.all_assignments(self._query_rule(rule.condition), ctx["mapping"])):
+            if any(
+                True
+                for _ in state.all_assignments(self._query_rule(rule.condition), ctx["mapping"])
+            ):
                 return rule.rhs
         raise IndexError("list index out of range")  # what upstream raises when no rule applies
 
@@ -250,14 +261,20 @@ class _Deriver:
                 return [(sym.expression, _copy_ctx(ctx))]
             out = []
             infos = ctx["entity_infos"]
-            for mapping in ctx["state"].all_assignments(self._query_rule(sym.given), ctx["mapping"]):
+            for mapping in ctx["state"].all_assignments(
+                self._query_rule(sym.given), ctx["mapping"]
+            ):
                 new = _copy_ctx(ctx)
                 new["variables"].update({ph.name: infos[var.name] for ph, var in mapping.items()})
                 new["mapping"].update(mapping)
                 out.append((sym.expression, new))
             return out
         # ListSymbol: expand the inner symbol, then display the items as a list.
-        items = self._expand(sym.symbol, ctx) if not isinstance(sym.symbol, tg.TerminalSymbol) else [(sym.symbol, ctx)]
+        items = (
+            self._expand(sym.symbol, ctx)
+            if not isinstance(sym.symbol, tg.TerminalSymbol)
+            else [(sym.symbol, ctx)]
+        )
         if len(items) == 0:
             return [(tg.NonterminalSymbol("list_empty"), ctx)]
         if len(items) == 1:
@@ -315,7 +332,9 @@ def _read_game(path: str) -> dict:
         raise GameFileError(f"{path}: not a readable JSON game file ({exc})") from exc
     if not isinstance(data, dict):
         raise GameFileError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    missing = [k for k in ("pddl_domain", "grammar", "pddl_problem") if not isinstance(data.get(k), str)]
+    missing = [
+        k for k in ("pddl_domain", "grammar", "pddl_problem") if not isinstance(data.get(k), str)
+    ]
     if missing:
         raise GameFileError(f"{path}: missing or non-text keys {missing}")
     return data
@@ -359,11 +378,15 @@ class AlfredEngine:
         except SystemExit as exc:
             raise GameFileError(f"{path}: the PDDL does not translate (exit {exc.code})") from exc
         except Exception as exc:
-            raise GameFileError(f"{path}: the PDDL does not translate ({type(exc).__name__}: {exc})") from exc
+            raise GameFileError(
+                f"{path}: the PDDL does not translate ({type(exc).__name__}: {exc})"
+            ) from exc
         self.path, self._game, self._tr, self._logic = path, game, tr, logic
         try:
             self._state = _new_state(self._lib, tr, logic, data["pddl_problem"])
-        except KeyError as exc:  # upstream's "KeyError: 'val1'": the translator proved the goal unreachable
+        except (
+            KeyError
+        ) as exc:  # upstream's "KeyError: 'val1'": the translator proved the goal unreachable
             self.path = self._game = None
             raise GameFileError(
                 f"{path}: unsolvable game: no state reachable from the initial one satisfies the "
@@ -389,7 +412,9 @@ class AlfredEngine:
         from textworld.generator.game import EntityInfo  # noqa: PLC0415
 
         misc = _deps.alfworld_module("alfworld.agents.utils.misc")
-        infos = {v.name: EntityInfo(v.name, v.type) for fact in self._state.facts for v in fact.arguments}
+        infos = {
+            v.name: EntityInfo(v.name, v.type) for fact in self._state.facts for v in fact.arguments
+        }
         for info in infos.values():
             info.name = info.id
             info.definite = "the"
@@ -423,14 +448,17 @@ class AlfredEngine:
             cmd = None
             if used is not None:
                 key = (action.name,) + tuple(
-                    (ph.name, var.name) for ph, var in action.mapping.items() if ph.name in used)
+                    (ph.name, var.name) for ph, var in action.mapping.items() if ph.name in used
+                )
                 cmd = game.commands.get(key)
             if cmd is None:
                 if facts is None:
                     facts = list(self._state.facts)
                 variables = {ph.name: infos[var.name] for ph, var in action.mapping.items()}
                 ctx = self._context(variables, action.mapping, facts)
-                action.command_template = deriver.derive(self._logic.grammar, action.command_template, ctx)
+                action.command_template = deriver.derive(
+                    self._logic.grammar, action.command_template, ctx
+                )
                 cmd = action.format_command(names)
                 if key is not None:
                     game.commands[key] = cmd
@@ -450,9 +478,12 @@ class AlfredEngine:
             return self.feedback
         action = self._actions[idx]
         self._state.apply(action)
-        variables = {ph.name: self._game.entity_infos[var.name] for ph, var in action.mapping.items()}
+        variables = {
+            ph.name: self._game.entity_infos[var.name] for ph, var in action.mapping.items()
+        }
         self.feedback = _deriver().derive(
-            self._logic.grammar, action.feedback_rule, self._context(variables, action.mapping))
+            self._logic.grammar, action.feedback_rule, self._context(variables, action.mapping)
+        )
         self.won = bool(self._state.check_goal())
         self._refresh()
         return self.feedback
@@ -468,7 +499,9 @@ class AlfredEngine:
         infos = self._game.entity_infos
         out = []
         for fact in self._state.facts:
-            args = [Variable(infos[v.name].name or infos[v.name].id, v.type) for v in fact.arguments]
+            args = [
+                Variable(infos[v.name].name or infos[v.name].id, v.type) for v in fact.arguments
+            ]
             out.append(Proposition(fact.name, args))
         return out
 
@@ -502,9 +535,15 @@ def reference_env(gamefile: str, facts: bool = False) -> Any:
     import textworld.gym  # noqa: PLC0415
 
     tw_env = _deps.alfworld_module("alfworld.agents.environment.alfred_tw_env")
-    request = textworld.EnvInfos(won=True, admissible_commands=True, facts=facts, extras=["gamefile"])
+    request = textworld.EnvInfos(
+        won=True, admissible_commands=True, facts=facts, extras=["gamefile"]
+    )
     env_id = textworld.gym.register_games(
-        [gamefile], request, batch_size=1, asynchronous=False, max_episode_steps=10**6,
+        [gamefile],
+        request,
+        batch_size=1,
+        asynchronous=False,
+        max_episode_steps=10**6,
         wrappers=[tw_env.AlfredDemangler(shuffle=False), tw_env.AlfredInfos],
     )
     return textworld.gym.make(env_id)

@@ -6,8 +6,9 @@ import json
 import logging
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -106,21 +107,27 @@ class AlfWorldEnv(TextAgentEnv):
         max_action_length: int | None = None,
         max_observation_length: int | None = None,
     ) -> None:
-        super().__init__(render_mode=render_mode, max_action_length=max_action_length,
-                         max_observation_length=max_observation_length)
+        super().__init__(
+            render_mode=render_mode,
+            max_action_length=max_action_length,
+            max_observation_length=max_observation_length,
+        )
         if split not in generate.SPLITS:
             raise ValueError(f"split must be one of {generate.SPLITS}, got {split!r}")
         if oracle not in _ORACLES:
             raise ValueError(f"oracle must be one of {_ORACLES}, got {oracle!r}")
-        if n_tasks is not None and (not isinstance(n_tasks, (int, np.integer)) or isinstance(n_tasks, bool)
-                                    or n_tasks < 1):
+        if n_tasks is not None and (
+            not isinstance(n_tasks, (int, np.integer)) or isinstance(n_tasks, bool) or n_tasks < 1
+        ):
             raise ValueError(f"n_tasks must be a positive int, got {n_tasks!r}")
         names = list(generate.TASK_TYPES.values())
         if task_types is None:
             wanted = names
         else:
             if isinstance(task_types, (str, int)):
-                raise TypeError(f"task_types must be a sequence of ids or names, got {task_types!r}")
+                raise TypeError(
+                    f"task_types must be a sequence of ids or names, got {task_types!r}"
+                )
             wanted = []
             for t in task_types:
                 name = generate.TASK_TYPES.get(t) if isinstance(t, (int, np.integer)) else t
@@ -139,10 +146,13 @@ class AlfWorldEnv(TextAgentEnv):
         if data_dir is not None:
             self._split_dir = self._find_split(Path(data_dir).expanduser(), split, explicit=True)
         elif os.environ.get("ALFWORLD_DATA"):
-            self._split_dir = self._find_split(Path(os.environ["ALFWORLD_DATA"]).expanduser(), split,
-                                               explicit=False)
+            self._split_dir = self._find_split(
+                Path(os.environ["ALFWORLD_DATA"]).expanduser(), split, explicit=False
+            )
         self.source = "generated" if self._split_dir is None else "real"
-        self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+        self.cache_dir = (
+            Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+        )
         self._ids: list[str] | None = None
         self._paths: dict[str, str] = {}
         self._specs: dict[str, generate.TaskSpec] = {}
@@ -162,7 +172,9 @@ class AlfWorldEnv(TextAgentEnv):
                 f"{str(root / 'json_2.1.1' / split)!r} (run alfworld-download, or omit data_dir "
                 "to play generated tasks)"
             )
-        logger.warning("$ALFWORLD_DATA=%s holds no json_2.1.1/%s; playing generated tasks", root, split)
+        logger.warning(
+            "$ALFWORLD_DATA=%s holds no json_2.1.1/%s; playing generated tasks", root, split
+        )
         return None
 
     # ------------------------------------------------------------------ tasks
@@ -183,8 +195,11 @@ class AlfWorldEnv(TextAgentEnv):
                     self._paths[tid] = game
                 self._ids = ids
             else:
-                specs = [s for s in generate.task_specs(self.split, self._n_tasks)
-                         if s.task_type in self.task_types]
+                specs = [
+                    s
+                    for s in generate.task_specs(self.split, self._n_tasks)
+                    if s.task_type in self.task_types
+                ]
                 self._specs = {s.task_id: s for s in specs}
                 self._ids = [s.task_id for s in specs]
         return self._ids
@@ -213,12 +228,17 @@ class AlfWorldEnv(TextAgentEnv):
             self._engine = AlfredEngine()
         intro = self._engine.load(path)
         if self._engine.won:
-            raise GameFileError(f"{path}: the goal already holds in the initial state (nothing to do)")
+            raise GameFileError(
+                f"{path}: the goal already holds in the initial state (nothing to do)"
+            )
         m = _GOAL.search(intro)
         self._goal_text = m.group(1).strip() if m else ""
         self._planner = PlanOracle(self._engine)
-        self._oracle = (HandcodedOracle(self._engine, path, seed_key=task_id)
-                        if self.oracle_kind == "handcoded" else None)
+        self._oracle = (
+            HandcodedOracle(self._engine, path, seed_key=task_id)
+            if self.oracle_kind == "handcoded"
+            else None
+        )
         self._model = None
         self._model_at = None
         traj = os.path.join(os.path.dirname(path), "traj_data.json")
@@ -237,7 +257,11 @@ class AlfWorldEnv(TextAgentEnv):
 
     def _model_solve(self) -> tuple[int, list[str]] | None:
         key = len(self._trace)
-        if self._model_at is None or self._model_at[0] != key or self._model_at[1] is not self._trace:
+        if (
+            self._model_at is None
+            or self._model_at[0] != key
+            or self._model_at[1] is not self._trace
+        ):
             self._model_at = (key, self._trace, self._model.solve(self._engine))
         return self._model_at[2]
 
@@ -279,8 +303,11 @@ class AlfWorldEnv(TextAgentEnv):
                 firsts = [a for a in solved[1] if self._engine.is_admissible(a)]
                 if firsts:
                     return firsts
-                logger.warning("%s: the model's moves %s are not admissible; asking the planner",
-                               self._engine.path, solved[1])
+                logger.warning(
+                    "%s: the model's moves %s are not admissible; asking the planner",
+                    self._engine.path,
+                    solved[1],
+                )
         return self._planner.plan()[:1]
 
     def cost_to_go(self) -> int:
@@ -304,8 +331,11 @@ class AlfWorldEnv(TextAgentEnv):
         held = [f.arguments[1].name for f in engine._state.facts if f.name == "holds"]
         held_names = {engine._game.entity_infos[h].name for h in held}
         options = {
-            "dropped": [c for c in admissible if c.startswith("move ")
-                        and any(c.startswith(f"move {h} to ") for h in held_names)],
+            "dropped": [
+                c
+                for c in admissible
+                if c.startswith("move ") and any(c.startswith(f"move {h} to ") for h in held_names)
+            ],
             "closed": [c for c in admissible if c.startswith("close ")],
             "moved": [c for c in admissible if c.startswith("go to ")],
         }

@@ -12,11 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import tempfile
 from dataclasses import dataclass
-from functools import lru_cache
-
-import random
+from functools import cache, lru_cache
 
 from budget_envs.envs.alfworld import _deps
 
@@ -48,26 +47,61 @@ _SEED_BASE = 20_260_611
 # Receptacle palettes per room type: (class, min, max). Scenes fill up to their size from these.
 _ROOMS: dict[str, tuple[tuple[str, int, int], ...]] = {
     "Kitchen": (
-        ("Cabinet", 2, 18), ("Drawer", 1, 12), ("CounterTop", 1, 3), ("Fridge", 1, 1),
-        ("Microwave", 1, 1), ("SinkBasin", 1, 1), ("StoveBurner", 2, 4), ("CoffeeMachine", 1, 1),
-        ("Toaster", 0, 1), ("GarbageCan", 1, 1), ("DiningTable", 0, 2), ("Shelf", 0, 4),
+        ("Cabinet", 2, 18),
+        ("Drawer", 1, 12),
+        ("CounterTop", 1, 3),
+        ("Fridge", 1, 1),
+        ("Microwave", 1, 1),
+        ("SinkBasin", 1, 1),
+        ("StoveBurner", 2, 4),
+        ("CoffeeMachine", 1, 1),
+        ("Toaster", 0, 1),
+        ("GarbageCan", 1, 1),
+        ("DiningTable", 0, 2),
+        ("Shelf", 0, 4),
         ("SideTable", 0, 1),
     ),
     "LivingRoom": (
-        ("Sofa", 1, 1), ("ArmChair", 0, 2), ("CoffeeTable", 1, 2), ("SideTable", 1, 3),
-        ("TVStand", 0, 1), ("Drawer", 1, 14), ("Shelf", 0, 10), ("Cabinet", 0, 10),
-        ("GarbageCan", 1, 1), ("Dresser", 0, 1), ("DiningTable", 0, 1), ("Ottoman", 0, 1),
+        ("Sofa", 1, 1),
+        ("ArmChair", 0, 2),
+        ("CoffeeTable", 1, 2),
+        ("SideTable", 1, 3),
+        ("TVStand", 0, 1),
+        ("Drawer", 1, 14),
+        ("Shelf", 0, 10),
+        ("Cabinet", 0, 10),
+        ("GarbageCan", 1, 1),
+        ("Dresser", 0, 1),
+        ("DiningTable", 0, 1),
+        ("Ottoman", 0, 1),
         ("Safe", 0, 1),
     ),
     "Bedroom": (
-        ("Bed", 1, 1), ("Desk", 0, 1), ("Drawer", 2, 16), ("Shelf", 0, 12), ("SideTable", 1, 2),
-        ("Dresser", 0, 1), ("GarbageCan", 1, 1), ("LaundryHamper", 0, 1), ("Safe", 0, 1),
-        ("ArmChair", 0, 1), ("Cabinet", 0, 8),
+        ("Bed", 1, 1),
+        ("Desk", 0, 1),
+        ("Drawer", 2, 16),
+        ("Shelf", 0, 12),
+        ("SideTable", 1, 2),
+        ("Dresser", 0, 1),
+        ("GarbageCan", 1, 1),
+        ("LaundryHamper", 0, 1),
+        ("Safe", 0, 1),
+        ("ArmChair", 0, 1),
+        ("Cabinet", 0, 8),
     ),
     "Bathroom": (
-        ("Toilet", 1, 1), ("SinkBasin", 1, 2), ("BathtubBasin", 0, 1), ("CounterTop", 1, 1),
-        ("Cabinet", 1, 14), ("Drawer", 0, 14), ("TowelHolder", 0, 2), ("HandTowelHolder", 0, 2),
-        ("ToiletPaperHanger", 1, 1), ("GarbageCan", 1, 1), ("Shelf", 0, 8), ("Dresser", 0, 1),
+        ("Toilet", 1, 1),
+        ("SinkBasin", 1, 2),
+        ("BathtubBasin", 0, 1),
+        ("CounterTop", 1, 1),
+        ("Cabinet", 1, 14),
+        ("Drawer", 0, 14),
+        ("TowelHolder", 0, 2),
+        ("HandTowelHolder", 0, 2),
+        ("ToiletPaperHanger", 1, 1),
+        ("GarbageCan", 1, 1),
+        ("Shelf", 0, 8),
+        ("Dresser", 0, 1),
     ),
 }
 # ALFRED scene numbers per room type; the unseen split uses only the held-out scenes.
@@ -112,7 +146,9 @@ class TaskSpec:
 
     @property
     def folder(self) -> str:
-        recep = self.toggle_target if self.task_type == "look_at_obj_in_light" else self.parent_target
+        recep = (
+            self.toggle_target if self.task_type == "look_at_obj_in_light" else self.parent_target
+        )
         return f"{self.task_type}-{self.object_target}-None-{recep}-{self.scene}"
 
     @property
@@ -126,7 +162,13 @@ class TaskSpec:
 
 def mangle(text: str) -> str:
     """ALFRED id -> PDDL name (the inverse of alfworld's demangler)."""
-    for a, b in (("-", "_minus_"), ("|", "_bar_"), ("+", "_plus_"), (".", "_dot_"), (",", "_comma_")):
+    for a, b in (
+        ("-", "_minus_"),
+        ("|", "_bar_"),
+        ("+", "_plus_"),
+        (".", "_dot_"),
+        (",", "_comma_"),
+    ):
         text = text.replace(a, b)
     return text
 
@@ -145,8 +187,10 @@ def _coord(rng: random.Random) -> str:
 def _tables() -> dict:
     """ALFRED's containment and affordance tables, as sorted tuples (hash-seed independent)."""
     c = _deps.constants()
-    contain = {r: frozenset(o for o in objs if "Sliced" not in o)
-               for r, objs in c.VAL_RECEPTACLE_OBJECTS.items()}
+    contain = {
+        r: frozenset(o for o in objs if "Sliced" not in o)
+        for r, objs in c.VAL_RECEPTACLE_OBJECTS.items()
+    }
     action = {k: frozenset(v) for k, v in c.VAL_ACTION_OBJECTS.items()}
     all_otypes = tuple(sorted(set(c.OBJECTS) - set(c.RECEPTACLES) | set(c.MOVABLE_RECEPTACLES)))
     all_rtypes = tuple(sorted(set(c.RECEPTACLES) - set(c.MOVABLE_RECEPTACLES)))
@@ -159,7 +203,7 @@ def _tables() -> dict:
     }
 
 
-@lru_cache(maxsize=None)
+@cache
 def _scene_layout(scene: int, room: str) -> tuple[tuple[str, str, str], ...]:
     """Receptacles of a scene: ((class, mangled id, mangled location), ...), fixed per scene."""
     rng = _rng(7, scene)
@@ -190,8 +234,12 @@ def _scene_layout(scene: int, room: str) -> tuple[tuple[str, str, str], ...]:
             else:
                 rid = f"{cls}|{x}|{y}|{z}"
             while True:
-                loc = (int(rng.randrange(-12, 13)), int(rng.randrange(-12, 13)),
-                       int(rng.randrange(0, 4)), rng.choice((0, 15, 30, 45, 60)))
+                loc = (
+                    int(rng.randrange(-12, 13)),
+                    int(rng.randrange(-12, 13)),
+                    int(rng.randrange(0, 4)),
+                    rng.choice((0, 15, 30, 45, 60)),
+                )
                 if loc not in used_locs:
                     used_locs.add(loc)
                     break
@@ -206,7 +254,7 @@ def _scenes_for(split: str, room: str) -> tuple[int, ...]:
     return tuple(s for s in scenes if s not in _UNSEEN)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _room_objects(rclasses: tuple) -> list:
     contain = _tables()["contain"]
     return sorted({o for r in rclasses for o in contain.get(r, ())} - _NOT_PICKUPABLE)
@@ -241,9 +289,11 @@ def build_spec(split: str, index: int) -> TaskSpec | None:
         toggle = ("DeskLamp", "FloorLamp")[int(rng.randrange(2))]
         cands = room_objects
     else:
-        need = {"pick_clean_then_place_in_recep": "Cleanable",
-                "pick_heat_then_place_in_recep": "Heatable",
-                "pick_cool_then_place_in_recep": "Coolable"}.get(task_type)
+        need = {
+            "pick_clean_then_place_in_recep": "Cleanable",
+            "pick_heat_then_place_in_recep": "Heatable",
+            "pick_cool_then_place_in_recep": "Coolable",
+        }.get(task_type)
         cands = [o for o in room_objects if need is None or o in action[need]]
     pairs = []
     for o in cands:
@@ -273,7 +323,11 @@ def build_spec(split: str, index: int) -> TaskSpec | None:
         for _ in range(rng.choice((0, 0, 0, 1, 1, 1, 2))):
             add(fits[int(rng.randrange(len(fits)))], rid)
     hosts = [rid for cls, rid, _ in receps if can_hold(cls, obj) and cls != parent]
-    n_target = int(rng.randrange(2, 4)) if task_type == "pick_two_obj_and_place" else int(rng.randrange(1, 3))
+    n_target = (
+        int(rng.randrange(2, 4))
+        if task_type == "pick_two_obj_and_place"
+        else int(rng.randrange(1, 3))
+    )
     for _ in range(n_target):
         add(obj, hosts[int(rng.randrange(len(hosts)))])
     if toggle:
@@ -283,8 +337,15 @@ def build_spec(split: str, index: int) -> TaskSpec | None:
     # Start somewhere without a receptacle (else the intro changes and the expert fails).
     used = {loc for _, _, loc in receps}
     while True:
-        loc = mangle("loc|%d|%d|%d|%d" % (int(rng.randrange(-12, 13)), int(rng.randrange(-12, 13)),
-                                          int(rng.randrange(0, 4)), 30))
+        loc = mangle(
+            "loc|%d|%d|%d|%d"
+            % (
+                int(rng.randrange(-12, 13)),
+                int(rng.randrange(-12, 13)),
+                int(rng.randrange(0, 4)),
+                30,
+            )
+        )
         if loc not in used:
             break
     templates = _deps.goal_library().gdict[task_type]["templates"]
@@ -293,9 +354,19 @@ def build_spec(split: str, index: int) -> TaskSpec | None:
     digest = hashlib.sha256(repr((split, index, objects)).encode()).hexdigest()[:6]
     trial = f"trial_T2026{_SPLIT_CODE[split]}{index:05d}_{digest}"
     return TaskSpec(
-        split=split, index=index, task_type=task_type, scene=scene, room=room,
-        object_target=obj, parent_target=parent, toggle_target=toggle, trial=trial,
-        receptacles=receps, objects=tuple(objects), agent_location=loc, goal=goal,
+        split=split,
+        index=index,
+        task_type=task_type,
+        scene=scene,
+        room=room,
+        object_target=obj,
+        parent_target=parent,
+        toggle_target=toggle,
+        trial=trial,
+        receptacles=receps,
+        objects=tuple(objects),
+        agent_location=loc,
+        goal=goal,
         seed=rng.randrange(2**31),
     )
 
@@ -320,16 +391,24 @@ def problem_text(spec: TaskSpec) -> str:
     tables = _tables()
     contain, action, movable = tables["contain"], tables["action"], tables["movable"]
     gdict = _deps.goal_library().gdict
-    lines = ["(define (problem plan_%s)" % spec.trial, "    (:domain alfred)", "    (:objects",
-             "        agent1 - agent"]
+    lines = [
+        "(define (problem plan_%s)" % spec.trial,
+        "    (:domain alfred)",
+        "    (:objects",
+        "        agent1 - agent",
+    ]
     lines += [f"        {t}Type - otype" for t in tables["otypes"]]
     lines += [f"        {t}Type - rtype" for t in tables["rtypes"]]
     lines += [f"        {oid} - object" for _, oid, _ in spec.objects]
     lines += [f"        {rid} - receptacle" for _, rid, _ in spec.receptacles]
     locs = [loc for _, _, loc in spec.receptacles] + [spec.agent_location]
     lines += [f"        {loc} - location" for loc in locs]
-    lines += ["        )", "    (:init", "        (= (total-cost) 0)",
-              f"        (atLocation agent1 {spec.agent_location})"]
+    lines += [
+        "        )",
+        "    (:init",
+        "        (= (total-cost) 0)",
+        f"        (atLocation agent1 {spec.agent_location})",
+    ]
     rloc = {rid: loc for _, rid, loc in spec.receptacles}
     rcls = sorted({cls for cls, _, _ in spec.receptacles})
     ocls = sorted({cls for cls, _, _ in spec.objects})
@@ -348,16 +427,21 @@ def problem_text(spec: TaskSpec) -> str:
             lines.append(f"        (pickupable {oid})")
         if cls in movable:
             lines.append(f"        (isReceptacleObject {oid})")
-        for key, pred in (("Cleanable", "cleanable"), ("Heatable", "heatable"),
-                          ("Coolable", "coolable"), ("Toggleable", "toggleable"),
-                          ("Sliceable", "sliceable")):
+        for key, pred in (
+            ("Cleanable", "cleanable"),
+            ("Heatable", "heatable"),
+            ("Coolable", "coolable"),
+            ("Toggleable", "toggleable"),
+            ("Sliceable", "sliceable"),
+        ):
             if cls in action[key]:
                 lines.append(f"        ({pred} {oid})")
         lines.append(f"        (inReceptacle {oid} {rid})")
         lines.append(f"        (objectAtLocation {oid} {rloc[rid]})")
     lines.append("        )")
     goal = gdict[spec.task_type]["pddl"].format(
-        obj=spec.object_target, recep=spec.parent_target, toggle=spec.toggle_target, mrecep="")
+        obj=spec.object_target, recep=spec.parent_target, toggle=spec.toggle_target, mrecep=""
+    )
     return "\n".join(lines) + "\n" + goal.replace("#", "-")
 
 
@@ -373,10 +457,15 @@ def traj_data(spec: TaskSpec) -> dict:
             "object_sliced": False,
         },
         "scene": {"scene_num": spec.scene, "random_seed": spec.seed, "room_type": spec.room},
-        "turk_annotations": {"anns": [{"task_desc": spec.goal.capitalize() + ".",
-                                       "high_descs": [], "votes": []}]},
-        "generator": {"name": "budget-envs", "version": GENERATOR_VERSION,
-                      "split": spec.split, "index": spec.index},
+        "turk_annotations": {
+            "anns": [{"task_desc": spec.goal.capitalize() + ".", "high_descs": [], "votes": []}]
+        },
+        "generator": {
+            "name": "budget-envs",
+            "version": GENERATOR_VERSION,
+            "split": spec.split,
+            "index": spec.index,
+        },
     }
 
 

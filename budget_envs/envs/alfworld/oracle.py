@@ -95,7 +95,7 @@ class HandcodedOracle:
 
         def tracking(game_state, last_action):  # read the grammar's "move" as the expert's "put"
             if last_action.startswith("move "):
-                last_action = "put " + last_action[len("move "):]
+                last_action = "put " + last_action[len("move ") :]
             return track(game_state, last_action)
 
         policy.update_state_tracking = tracking
@@ -117,8 +117,12 @@ class HandcodedOracle:
             self._start()
         while self._pending:
             state, command = self._pending.pop(0)
-            game_state = {"feedback": state["feedback"], "admissible_commands": state["admissible_commands"],
-                          "won": state["won"], "facts": state["_facts"]}
+            game_state = {
+                "feedback": state["feedback"],
+                "admissible_commands": state["admissible_commands"],
+                "won": state["won"],
+                "facts": state["_facts"],
+            }
             self._steps += 1
             try:
                 action = self._call(self._agent.act, game_state, 0, state["won"], command)
@@ -176,9 +180,13 @@ class ModelOracle:
         return best, firsts
 
     # ------------------------------------------------------------------ enumeration
-    def _routes(self, w: "_World"):
-        objs = [o for o, t in w.otype.items() if t == self.obj_type
-                and (o == w.held or (o in w.inrec and "pickupable" in w.flags.get(o, ())))]
+    def _routes(self, w: _World):
+        objs = [
+            o
+            for o, t in w.otype.items()
+            if t == self.obj_type
+            and (o == w.held or (o in w.inrec and "pickupable" in w.flags.get(o, ())))
+        ]
         fits = {r for r, t in w.rtype.items() if (t, self.obj_type) in w.can}
         targets = [r for r, t in w.rtype.items() if t == self.recep_type and r in fits]
         tt = self.task_type
@@ -215,8 +223,11 @@ class ModelOracle:
                             for st2 in self._deliver(w, st1.copy(), o2, r, keep=inside + [o1]):
                                 yield st2.acts
         elif tt == "look_at_obj_in_light":
-            lamps = [o for o, t in w.otype.items() if t == self.toggle_type and "toggleable" in w.flags.get(o, ())
-                     and o in w.inrec]
+            lamps = [
+                o
+                for o, t in w.otype.items()
+                if t == self.toggle_type and "toggleable" in w.flags.get(o, ()) and o in w.inrec
+            ]
             for o in objs:
                 for lamp in lamps:
                     lrec = w.inrec[lamp]
@@ -226,7 +237,9 @@ class ModelOracle:
                         if not on:
                             st.acts.append(f"use {w.name[lamp]}")
                         yield st.acts
-                    if not on and w.loc_of.get(lrec) == w.agent_loc:  # use the lamp first, then fetch
+                    if (
+                        not on and w.loc_of.get(lrec) == w.agent_loc
+                    ):  # use the lamp first, then fetch
                         st = _Sim(w)
                         st.acts.append(f"use {w.name[lamp]}")
                         for st2 in self._hold(w, st, o):
@@ -308,8 +321,16 @@ class _World:
                 self.openable.add(args[0])
             elif n == "istoggled":
                 self.toggled.add(args[0])
-            elif n in ("cleanable", "heatable", "coolable", "toggleable", "isclean", "ishot", "iscool",
-                       "pickupable"):
+            elif n in (
+                "cleanable",
+                "heatable",
+                "coolable",
+                "toggleable",
+                "isclean",
+                "ishot",
+                "iscool",
+                "pickupable",
+            ):
                 self.flags.setdefault(args[0], set()).add(n)
         self.rtype = {r: t for r, t in self.rtype.items() if r in self.loc_of}
 
@@ -327,7 +348,7 @@ class _Sim:
         self.inrec = dict(w.inrec)
         self.acts: list[str] = []
 
-    def copy(self) -> "_Sim":
+    def copy(self) -> _Sim:
         s = _Sim(None)
         s.w, s.loc, s.held = self.w, self.loc, self.held
         s.opened, s.inrec, s.acts = set(self.opened), dict(self.inrec), list(self.acts)

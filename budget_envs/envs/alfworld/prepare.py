@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from budget_envs.envs.alfworld import generate
 from budget_envs.envs.alfworld.env import default_cache_dir
@@ -37,7 +37,7 @@ def prepare(
     n = generate.DEFAULT_TASKS[split] if n is None else n
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
-    root = (Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir())
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     root = root / generate.GENERATOR_VERSION
     specs = generate.task_specs(split, n)
     engine = None
@@ -51,8 +51,11 @@ def prepare(
         path = generate.write_task(spec, str(root))
         if engine is not None:
             engine.load(path)
-            params = {"object_target": spec.object_target, "parent_target": spec.parent_target,
-                      "toggle_target": spec.toggle_target}
+            params = {
+                "object_target": spec.object_target,
+                "parent_target": spec.parent_target,
+                "toggle_target": spec.toggle_target,
+            }
             solved = ModelOracle(spec.task_type, params).solve(engine)
             if solved is None or solved[0] < 1:
                 raise RuntimeError(f"{path}: the oracle finds no plan for a generated task")

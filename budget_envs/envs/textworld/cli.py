@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from budget_envs.envs.textworld import generate as gen
 from budget_envs.envs.textworld.prepare import PreparedGame, prepare
@@ -38,7 +38,9 @@ def prepare_main(argv: Sequence[str] | None = None) -> int:
         bar.set_postfix_str(f"{record.family} L{record.level} s{record.seed}", refresh=False)
         bar.update(done - bar.n)
         if record.error:
-            bar.write(f"{record.family} level {record.level} seed {record.seed}: failed: {record.error}")
+            bar.write(
+                f"{record.family} level {record.level} seed {record.seed}: failed: {record.error}"
+            )
 
     try:
         results = prepare(

@@ -14,9 +14,10 @@ import os
 import re
 import warnings
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 from gymnasium.error import DependencyNotInstalled
@@ -228,8 +229,13 @@ class TextWorldEnv(TextAgentEnv):
             if seeds < 1:
                 raise ValueError(f"seeds must be a positive count or a list of ints, got {seeds!r}")
             seed_list = list(range(int(seeds)))
-        elif isinstance(seeds, (list, tuple)) and seeds and all(
-            isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 0 for s in seeds
+        elif (
+            isinstance(seeds, (list, tuple))
+            and seeds
+            and all(
+                isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 0
+                for s in seeds
+            )
         ):
             seed_list = [int(s) for s in seeds]
         else:

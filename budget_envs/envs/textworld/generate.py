@@ -275,7 +275,7 @@ class _FileLock:
         self.path = path
         self._fh = None
 
-    def __enter__(self) -> "_FileLock":
+    def __enter__(self) -> _FileLock:
         try:
             import fcntl
         except ImportError:  # pragma: no cover - non-POSIX

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 logger = logging.getLogger(__name__)
 

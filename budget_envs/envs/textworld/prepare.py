@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from budget_envs.envs.textworld import generate as gen
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -44,8 +45,14 @@ _INSTRUCTIONS = (
 )
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 _SAMPLE_TEXT = ("Call the customer before delivery", DECLINE_NOTE, "", "12 Mill Street, Oakdale")
-_ID_WHAT = {"cus": "customer", "ord": "order", "itm": "item", "pay": "payment", "prd": "product",
-            "cur": "cursor"}
+_ID_WHAT = {
+    "cus": "customer",
+    "ord": "order",
+    "itm": "item",
+    "pay": "payment",
+    "prd": "product",
+    "cur": "cursor",
+}
 
 
 class ToolUseEnv(TextAgentEnv):
@@ -84,12 +91,15 @@ class ToolUseEnv(TextAgentEnv):
             max_observation_length=max_observation_length,
         )
         if level is not None and (
-            not isinstance(level, (int, np.integer)) or isinstance(level, bool)
+            not isinstance(level, (int, np.integer))
+            or isinstance(level, bool)
             or int(level) not in LEVELS
         ):
             raise ValueError(f"level must be one of {sorted(LEVELS)} or None, got {level!r}")
-        for name, value, hi in (("tasks_per_level", tasks_per_level, 10**6),
-                                ("world_seed", world_seed, 2**32 - 1)):
+        for name, value, _hi in (
+            ("tasks_per_level", tasks_per_level, 10**6),
+            ("world_seed", world_seed, 2**32 - 1),
+        ):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
                 raise TypeError(f"{name} must be an int, got {value!r}")
         if not 1 <= int(tasks_per_level) <= 10**6:
@@ -114,8 +124,9 @@ class ToolUseEnv(TextAgentEnv):
         if self._task_list is None:
             levels = sorted(LEVELS) if self.level is None else [self.level]
             width = max(5, len(str(self.tasks_per_level - 1)))
-            self._task_list = [f"L{lv}-{i:0{width}d}" for lv in levels
-                               for i in range(self.tasks_per_level)]
+            self._task_list = [
+                f"L{lv}-{i:0{width}d}" for lv in levels for i in range(self.tasks_per_level)
+            ]
         return self._task_list
 
     @property
@@ -195,16 +206,18 @@ class ToolUseEnv(TextAgentEnv):
         db_ok = self._db_matches_gold()
         model_ok = not orc.diff_slots(self._gold, pr)
         if db_ok != model_ok:  # would be a bug in the oracle model; the database decides
-            logger.error("tooluse: database check %s but model %s on %s", db_ok, model_ok,
-                         self._task.task_id)
+            logger.error(
+                "tooluse: database check %s but model %s on %s", db_ok, model_ok, self._task.task_id
+            )
         self.won = db_ok and pr.answer_ok
         self.lost = not self.won
         self._score = orc.score(self._gold, pr, self.won)
         if self.won:
-            return "Submitted. The ticket is resolved: every change matches and the answer is "\
-                   "right.", 1.0
-        missing = sum(1 for s, v in self._gold.slots.items()
-                      if orc.current(self.world, pr, s) != v)
+            return (
+                "Submitted. The ticket is resolved: every change matches and the answer is right.",
+                1.0,
+            )
+        missing = sum(1 for s, v in self._gold.slots.items() if orc.current(self.world, pr, s) != v)
         wrong = sum(1 for s, v in pr.changed.items() if v != self._gold.value(s))
         return (
             f"Submitted. The ticket is not resolved: {missing} required change(s) missing or "
@@ -231,8 +244,10 @@ class ToolUseEnv(TextAgentEnv):
             for table, ids in (("orders", orders), ("order_items", items)):
                 for rid in sorted(ids):
                     sql = f"SELECT * FROM {table} WHERE id=?"
-                    if self._conn.execute(sql, (rid,)).fetchone() != gold.execute(
-                            sql, (rid,)).fetchone():
+                    if (
+                        self._conn.execute(sql, (rid,)).fetchone()
+                        != gold.execute(sql, (rid,)).fetchone()
+                    ):
                         return False
             sql = "SELECT * FROM refunds ORDER BY item_id"
             return self._conn.execute(sql).fetchall() == gold.execute(sql).fetchall()
@@ -260,8 +275,10 @@ class ToolUseEnv(TextAgentEnv):
     def _inject_fault(self, kind: str, rng: np.random.Generator, action: str | None) -> str:
         if kind == "tool_error":
             code = (500, 502, 503)[int(rng.integers(3))]
-            return (f"Error: the tool service failed with a transient error (HTTP {code}); "
-                    "the call was not run. Retry it.")
+            return (
+                f"Error: the tool service failed with a transient error (HTTP {code}); "
+                "the call was not run. Retry it."
+            )
         try:
             name, args = parse_action(action) if isinstance(action, str) else (None, None)
         except InvalidAction as exc:
@@ -270,8 +287,10 @@ class ToolUseEnv(TextAgentEnv):
             if name in WRITE_TOOLS:
                 self.fault_executed_action = action
                 self._run(name, args, self._conn)
-            return ("Error: the tool call timed out after 30 s; its result is unknown (a write "
-                    "may or may not have been applied).")
+            return (
+                "Error: the tool call timed out after 30 s; its result is unknown (a write "
+                "may or may not have been applied)."
+            )
         # stale_read: a read answers from the start-of-episode state; anything else runs normally.
         if name is None:
             return self.no_effect_feedback()
@@ -285,7 +304,7 @@ class ToolUseEnv(TextAgentEnv):
 
     def slip_action(self, action: str, rng: np.random.Generator) -> str | None:
         """A different valid read-only call on ids already shown (a slip never writes)."""
-        world, pr = self.world, self._pr
+        pr = self._pr
         calls = [call_json("list_promotions", {})]
         calls += [call_json("find_customer", {"email": e}) for e in self._task.emails]
         for rid in sorted(pr.revealed):

@@ -47,9 +47,15 @@ class Progress:
     answer_ok: bool = False
     listed: set[str] = field(default_factory=set)
 
-    def copy(self) -> "Progress":
-        return Progress(set(self.revealed), dict(self.pages_seen), dict(self.changed),
-                        self.submitted, self.answer_ok, set(self.listed))
+    def copy(self) -> Progress:
+        return Progress(
+            set(self.revealed),
+            dict(self.pages_seen),
+            dict(self.changed),
+            self.submitted,
+            self.answer_ok,
+            set(self.listed),
+        )
 
 
 def initial_value(world: World, slot: tuple[str, str]):

@@ -105,9 +105,7 @@ def _returnable(world: World, item_id: str) -> list[str]:
     if item.status != "delivered":
         return []
     prod = world.products[item.product_id]
-    return [
-        p for p in world.models[prod.model] if p != prod.id and world.products[p].stock > 0
-    ]
+    return [p for p in world.models[prod.model] if p != prod.id and world.products[p].stock > 0]
 
 
 def _candidates(world: World, cid: str, max_page: int) -> list[tuple[str, str, str | None]]:
@@ -179,15 +177,18 @@ def _gold_call(slot: tuple[str, str], value, world: World) -> tuple[str, tuple]:
     item = world.items[target]
     if value[0] == "refunded":
         return "refund_item", (
-            ("order_id", item.order_id), ("item_id", target), ("payment_id", value[1]),
+            ("order_id", item.order_id),
+            ("item_id", target),
+            ("payment_id", value[1]),
         )
     return "exchange_item", (
-        ("order_id", item.order_id), ("item_id", target), ("new_product_id", value[1]),
+        ("order_id", item.order_id),
+        ("item_id", target),
+        ("new_product_id", value[1]),
     )
 
 
-def _draw_op(world: World, rng: np.random.Generator, kind: str, oid: str,
-             iid: str | None) -> Op:
+def _draw_op(world: World, rng: np.random.Generator, kind: str, oid: str, iid: str | None) -> Op:
     if kind == "cancel":
         reasons = sorted(_REASONS)
         return Op(kind, oid, None, reasons[int(rng.integers(len(reasons)))])
@@ -212,7 +213,8 @@ def make_task(world: World, task_id: str) -> Task:
         while True:
             cid = cids[int(rng.integers(len(cids)))]
             cands = [
-                (k, o, i) for k, o, i in _candidates(world, cid, world.pages(cid))
+                (k, o, i)
+                for k, o, i in _candidates(world, cid, world.pages(cid))
                 if k == "return" and TODAY - world.orders[o].day <= RETURN_WINDOW
             ]
             if cands:
@@ -273,8 +275,16 @@ def make_task(world: World, task_id: str) -> Task:
     return _finish(world, task_id, level, "\n".join(lines), emails, tuple(chosen), (), ops_all)
 
 
-def _finish(world: World, task_id: str, level: int, ticket: str, emails: tuple, customers: tuple,
-            given: tuple, ops: tuple[Op, ...]) -> Task:
+def _finish(
+    world: World,
+    task_id: str,
+    level: int,
+    ticket: str,
+    emails: tuple,
+    customers: tuple,
+    given: tuple,
+    ops: tuple[Op, ...],
+) -> Task:
     gold = [_gold(world, op) for op in ops]
     answer = 0
     for (kind, target), value in gold:

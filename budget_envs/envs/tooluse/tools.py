@@ -62,46 +62,114 @@ def _id(name: str, prefix: str, what: str, required: bool = True) -> Param:
 
 
 TOOLS: tuple[Tool, ...] = (
-    Tool("find_customer", "read", "Look up a customer by email address.",
-         (Param("email", "text", "the customer's email address", max_length=120),)),
-    Tool("list_orders", "read",
-         f"List a customer's orders, oldest first, {PAGE_SIZE} per page. Pass the next_cursor of "
-         "a page to get the following page.",
-         (_id("customer_id", "cus", "customer"),
-          _id("cursor", "cur", "page cursor (omit for the first page)", required=False))),
-    Tool("get_order", "read", "Show an order: status, address, note, payment and items.",
-         (_id("order_id", "ord", "order"),)),
-    Tool("list_variants", "read", "List every variant (colour, size, stock) of a product's model.",
-         (_id("product_id", "prd", "product"),)),
-    Tool("get_product", "read", "Show one product: name, colour, size, price, stock.",
-         (_id("product_id", "prd", "product"),)),
-    Tool("track_shipment", "read", "Show the carrier and shipping state of an order.",
-         (_id("order_id", "ord", "order"),)),
-    Tool("get_product_reviews", "read", "Show the average rating of a product.",
-         (_id("product_id", "prd", "product"),)),
+    Tool(
+        "find_customer",
+        "read",
+        "Look up a customer by email address.",
+        (Param("email", "text", "the customer's email address", max_length=120),),
+    ),
+    Tool(
+        "list_orders",
+        "read",
+        f"List a customer's orders, oldest first, {PAGE_SIZE} per page. Pass the next_cursor of "
+        "a page to get the following page.",
+        (
+            _id("customer_id", "cus", "customer"),
+            _id("cursor", "cur", "page cursor (omit for the first page)", required=False),
+        ),
+    ),
+    Tool(
+        "get_order",
+        "read",
+        "Show an order: status, address, note, payment and items.",
+        (_id("order_id", "ord", "order"),),
+    ),
+    Tool(
+        "list_variants",
+        "read",
+        "List every variant (colour, size, stock) of a product's model.",
+        (_id("product_id", "prd", "product"),),
+    ),
+    Tool(
+        "get_product",
+        "read",
+        "Show one product: name, colour, size, price, stock.",
+        (_id("product_id", "prd", "product"),),
+    ),
+    Tool(
+        "track_shipment",
+        "read",
+        "Show the carrier and shipping state of an order.",
+        (_id("order_id", "ord", "order"),),
+    ),
+    Tool(
+        "get_product_reviews",
+        "read",
+        "Show the average rating of a product.",
+        (_id("product_id", "prd", "product"),),
+    ),
     Tool("list_promotions", "read", "List the store's current promotions."),
-    Tool("get_loyalty_points", "read", "Show a customer's loyalty points and tier.",
-         (_id("customer_id", "cus", "customer"),)),
-    Tool("cancel_order", "write", "Cancel a pending order. Irreversible.",
-         (_id("order_id", "ord", "order"),
-          Param("reason", "enum", "why the order is cancelled",
-                enum=("no_longer_needed", "ordered_by_mistake")))),
-    Tool("update_address", "write", "Change the shipping address of a pending order.",
-         (_id("order_id", "ord", "order"),
-          Param("address", "text", "the full new address"))),
-    Tool("set_order_note", "write", "Set the note of an order; an empty note clears it.",
-         (_id("order_id", "ord", "order"),
-          Param("note", "text", "the note text (empty string to clear)"))),
-    Tool("refund_item", "write",
-         "Refund a delivered item to a payment of its order. Irreversible.",
-         (_id("order_id", "ord", "order"), _id("item_id", "itm", "item"),
-          _id("payment_id", "pay", "payment"))),
-    Tool("exchange_item", "write",
-         "Exchange a delivered item for another in-stock variant of the same model. Irreversible.",
-         (_id("order_id", "ord", "order"), _id("item_id", "itm", "item"),
-          _id("new_product_id", "prd", "product to send instead"))),
-    Tool("submit", "submit", "Finish the ticket with the final answer. Ends the episode.",
-         (Param("answer", "text", "the final answer asked for by the ticket", max_length=100),)),
+    Tool(
+        "get_loyalty_points",
+        "read",
+        "Show a customer's loyalty points and tier.",
+        (_id("customer_id", "cus", "customer"),),
+    ),
+    Tool(
+        "cancel_order",
+        "write",
+        "Cancel a pending order. Irreversible.",
+        (
+            _id("order_id", "ord", "order"),
+            Param(
+                "reason",
+                "enum",
+                "why the order is cancelled",
+                enum=("no_longer_needed", "ordered_by_mistake"),
+            ),
+        ),
+    ),
+    Tool(
+        "update_address",
+        "write",
+        "Change the shipping address of a pending order.",
+        (_id("order_id", "ord", "order"), Param("address", "text", "the full new address")),
+    ),
+    Tool(
+        "set_order_note",
+        "write",
+        "Set the note of an order; an empty note clears it.",
+        (
+            _id("order_id", "ord", "order"),
+            Param("note", "text", "the note text (empty string to clear)"),
+        ),
+    ),
+    Tool(
+        "refund_item",
+        "write",
+        "Refund a delivered item to a payment of its order. Irreversible.",
+        (
+            _id("order_id", "ord", "order"),
+            _id("item_id", "itm", "item"),
+            _id("payment_id", "pay", "payment"),
+        ),
+    ),
+    Tool(
+        "exchange_item",
+        "write",
+        "Exchange a delivered item for another in-stock variant of the same model. Irreversible.",
+        (
+            _id("order_id", "ord", "order"),
+            _id("item_id", "itm", "item"),
+            _id("new_product_id", "prd", "product to send instead"),
+        ),
+    ),
+    Tool(
+        "submit",
+        "submit",
+        "Finish the ticket with the final answer. Ends the episode.",
+        (Param("answer", "text", "the final answer asked for by the ticket", max_length=100),),
+    ),
 )
 TOOL_BY_NAME: dict[str, Tool] = {t.name: t for t in TOOLS}
 TOOL_NAMES: tuple[str, ...] = tuple(t.name for t in TOOLS)
@@ -177,8 +245,9 @@ def parse_action(action: str) -> tuple[str, dict[str, str | None]]:
     elif "name" in msg or "function" in msg:
         call = msg
     else:
-        raise InvalidAction(f"Error: the message has no tool call. {_SHAPE_HINT} "
-                            "To finish, call submit.")
+        raise InvalidAction(
+            f"Error: the message has no tool call. {_SHAPE_HINT} To finish, call submit."
+        )
     if not isinstance(call, dict):
         raise InvalidAction(f"Error: a tool call must be a JSON object. {_SHAPE_HINT}")
     if isinstance(call.get("function"), dict):
@@ -250,8 +319,11 @@ def call_json(name: str, args: dict[str, str | None] | tuple) -> str:
     """The canonical action text of a call (what the oracle emits)."""
     args = dict(args)
     return json.dumps(
-        {"tool_calls": [{"name": name, "arguments": {k: v for k, v in args.items()
-                                                      if v is not None}}]},
+        {
+            "tool_calls": [
+                {"name": name, "arguments": {k: v for k, v in args.items() if v is not None}}
+            ]
+        },
         separators=(",", ":"),
     )
 
@@ -284,8 +356,9 @@ def _order_row(conn: sqlite3.Connection, order_id: str) -> tuple:
     return row
 
 
-def run_tool(conn: sqlite3.Connection, world: World, name: str,
-             args: dict[str, str | None]) -> dict[str, Any]:
+def run_tool(
+    conn: sqlite3.Connection, world: World, name: str, args: dict[str, str | None]
+) -> dict[str, Any]:
     """Run a read or write tool (not ``submit``) on ``conn`` and return its JSON result.
 
     Ids are assumed to have passed the env's visibility check; the SQL checks existence and
@@ -295,12 +368,14 @@ def run_tool(conn: sqlite3.Connection, world: World, name: str,
 
 
 def _find_customer(conn, world, a):
-    row = _one(conn, "SELECT id, name, email, city, tier FROM customers WHERE email=?",
-               (a["email"].lower(),))
+    row = _one(
+        conn,
+        "SELECT id, name, email, city, tier FROM customers WHERE email=?",
+        (a["email"].lower(),),
+    )
     if row is None:
         raise ToolError(f"Error: no customer with email {a['email'][:120]!r}.")
-    return {"customer_id": row[0], "name": row[1], "email": row[2], "city": row[3],
-            "tier": row[4]}
+    return {"customer_id": row[0], "name": row[1], "email": row[2], "city": row[3], "tier": row[4]}
 
 
 def _list_orders(conn, world, a):
@@ -325,32 +400,47 @@ def _list_orders(conn, world, a):
         "customer_id": cid,
         "page": page,
         "pages": len(cursors),
-        "orders": [{"order_id": r[0], "day": r[1], "status": r[2], "total": _money(r[3]),
-                    "items": r[4]} for r in rows],
+        "orders": [
+            {"order_id": r[0], "day": r[1], "status": r[2], "total": _money(r[3]), "items": r[4]}
+            for r in rows
+        ],
         "next_cursor": cursors[page] if page < len(cursors) else None,
     }
 
 
 def _get_order(conn, world, a):
     oid = a["order_id"]
-    row = _one(conn, "SELECT o.id, o.day, o.status, o.address, o.note, o.cancel_reason, p.id, "
-               "p.method, p.amount_cents FROM orders o JOIN payments p ON p.order_id=o.id "
-               "WHERE o.id=?", (oid,))
+    row = _one(
+        conn,
+        "SELECT o.id, o.day, o.status, o.address, o.note, o.cancel_reason, p.id, "
+        "p.method, p.amount_cents FROM orders o JOIN payments p ON p.order_id=o.id "
+        "WHERE o.id=?",
+        (oid,),
+    )
     if row is None:
         raise ToolError(f"Error: no order with id {oid}.")
     items = conn.execute(
         "SELECT i.id, i.product_id, p.name, p.color, p.size, i.qty, i.price_cents, i.status, "
         "i.exchange_product_id FROM order_items i JOIN products p ON p.id=i.product_id "
-        "WHERE i.order_id=? ORDER BY i.rowid", (oid,)).fetchall()
-    out = {"order_id": row[0], "day": row[1], "status": row[2], "address": row[3],
-           "note": row[4]}
+        "WHERE i.order_id=? ORDER BY i.rowid",
+        (oid,),
+    ).fetchall()
+    out = {"order_id": row[0], "day": row[1], "status": row[2], "address": row[3], "note": row[4]}
     if row[5] is not None:
         out["cancel_reason"] = row[5]
     out["payment"] = {"payment_id": row[6], "method": row[7], "amount": _money(row[8])}
     lines = []
     for r in items:
-        line = {"item_id": r[0], "product_id": r[1], "name": r[2], "color": r[3], "size": r[4],
-                "qty": r[5], "price": _money(r[6]), "status": r[7]}
+        line = {
+            "item_id": r[0],
+            "product_id": r[1],
+            "name": r[2],
+            "color": r[3],
+            "size": r[4],
+            "qty": r[5],
+            "price": _money(r[6]),
+            "status": r[7],
+        }
         if r[8] is not None:
             line["exchange_product_id"] = r[8]
         lines.append(line)
@@ -361,29 +451,53 @@ def _get_order(conn, world, a):
 def _list_variants(conn, world, a):
     rows = conn.execute(
         "SELECT id, name, color, size, price_cents, stock FROM products WHERE model="
-        "(SELECT model FROM products WHERE id=?) ORDER BY rowid", (a["product_id"],)).fetchall()
+        "(SELECT model FROM products WHERE id=?) ORDER BY rowid",
+        (a["product_id"],),
+    ).fetchall()
     if not rows:
         raise ToolError(f"Error: no product with id {a['product_id']}.")
-    return {"model": rows[0][1], "variants": [
-        {"product_id": r[0], "color": r[2], "size": r[3], "price": _money(r[4]),
-         "in_stock": r[5] > 0} for r in rows]}
+    return {
+        "model": rows[0][1],
+        "variants": [
+            {
+                "product_id": r[0],
+                "color": r[2],
+                "size": r[3],
+                "price": _money(r[4]),
+                "in_stock": r[5] > 0,
+            }
+            for r in rows
+        ],
+    }
 
 
 def _get_product(conn, world, a):
-    r = _one(conn, "SELECT id, name, color, size, price_cents, stock FROM products WHERE id=?",
-             (a["product_id"],))
+    r = _one(
+        conn,
+        "SELECT id, name, color, size, price_cents, stock FROM products WHERE id=?",
+        (a["product_id"],),
+    )
     if r is None:
         raise ToolError(f"Error: no product with id {a['product_id']}.")
-    return {"product_id": r[0], "name": r[1], "color": r[2], "size": r[3],
-            "price": _money(r[4]), "stock": r[5]}
+    return {
+        "product_id": r[0],
+        "name": r[1],
+        "color": r[2],
+        "size": r[3],
+        "price": _money(r[4]),
+        "stock": r[5],
+    }
 
 
 def _track_shipment(conn, world, a):
     r = _one(conn, "SELECT status, day, carrier FROM orders WHERE id=?", (a["order_id"],))
     if r is None:
         raise ToolError(f"Error: no order with id {a['order_id']}.")
-    state = {"pending": "label created", "delivered": f"delivered on day {r[1] + 3}",
-             "cancelled": "no shipment"}.get(r[0], r[0])
+    state = {
+        "pending": "label created",
+        "delivered": f"delivered on day {r[1] + 3}",
+        "cancelled": "no shipment",
+    }.get(r[0], r[0])
     return {"order_id": a["order_id"], "carrier": r[2], "state": state}
 
 
@@ -392,15 +506,16 @@ def _get_product_reviews(conn, world, a):
     if r is None:
         raise ToolError(f"Error: no product with id {a['product_id']}.")
     seed = int(r[0][4:], 16)
-    return {"product_id": r[0], "rating": round(3 + (seed % 21) / 10, 1),
-            "reviews": 5 + seed % 300}
+    return {"product_id": r[0], "rating": round(3 + (seed % 21) / 10, 1), "reviews": 5 + seed % 300}
 
 
 def _list_promotions(conn, world, a):
-    return {"promotions": [
-        {"code": "FREESHIP", "detail": "free shipping over 50.00"},
-        {"code": "LOYAL10", "detail": "10% off for gold tier"},
-    ]}
+    return {
+        "promotions": [
+            {"code": "FREESHIP", "detail": "free shipping over 50.00"},
+            {"code": "LOYAL10", "detail": "10% off for gold tier"},
+        ]
+    }
 
 
 def _get_loyalty_points(conn, world, a):
@@ -415,8 +530,9 @@ def _cancel_order(conn, world, a):
     status, _ = _order_row(conn, oid)
     if status != "pending":
         raise ToolError(f"Error: order {oid} is {status}; only pending orders can be cancelled.")
-    conn.execute("UPDATE orders SET status='cancelled', cancel_reason=? WHERE id=?",
-                 (a["reason"], oid))
+    conn.execute(
+        "UPDATE orders SET status='cancelled', cancel_reason=? WHERE id=?", (a["reason"], oid)
+    )
     return {"ok": True, "order_id": oid, "status": "cancelled", "reason": a["reason"]}
 
 
@@ -424,8 +540,7 @@ def _update_address(conn, world, a):
     oid = a["order_id"]
     status, _ = _order_row(conn, oid)
     if status != "pending":
-        raise ToolError(f"Error: order {oid} is {status}; only pending orders can be "
-                        "re-addressed.")
+        raise ToolError(f"Error: order {oid} is {status}; only pending orders can be re-addressed.")
     if not a["address"]:
         raise ToolError("Error: the address is empty.")
     conn.execute("UPDATE orders SET address=? WHERE id=?", (a["address"], oid))
@@ -443,8 +558,11 @@ def _set_order_note(conn, world, a):
 def _item_for_change(conn, a) -> tuple:
     oid, iid = a["order_id"], a["item_id"]
     _order_row(conn, oid)
-    r = _one(conn, "SELECT status, product_id, qty, price_cents FROM order_items "
-             "WHERE id=? AND order_id=?", (iid, oid))
+    r = _one(
+        conn,
+        "SELECT status, product_id, qty, price_cents FROM order_items WHERE id=? AND order_id=?",
+        (iid, oid),
+    )
     if r is None:
         raise ToolError(f"Error: order {oid} has no item {iid}.")
     if r[0] != "delivered":
@@ -464,18 +582,22 @@ def _refund_item(conn, world, a):
 
 
 def _exchange_item(conn, world, a):
-    oid, iid, new = a["order_id"], a["item_id"], a["new_product_id"]
+    iid, new = a["item_id"], a["new_product_id"]
     _, old, _, _ = _item_for_change(conn, a)
-    r = _one(conn, "SELECT p.stock, p.model = q.model FROM products p, products q "
-             "WHERE p.id=? AND q.id=?", (new, old))
+    r = _one(
+        conn,
+        "SELECT p.stock, p.model = q.model FROM products p, products q WHERE p.id=? AND q.id=?",
+        (new, old),
+    )
     if r is None:
         raise ToolError(f"Error: no product with id {new}.")
     if new == old or not r[1]:
         raise ToolError(f"Error: {new} is not another variant of the item's product.")
     if r[0] <= 0:
         raise ToolError(f"Error: product {new} is out of stock.")
-    conn.execute("UPDATE order_items SET status='exchanged', exchange_product_id=? WHERE id=?",
-                 (new, iid))
+    conn.execute(
+        "UPDATE order_items SET status='exchanged', exchange_product_id=? WHERE id=?", (new, iid)
+    )
     return {"ok": True, "item_id": iid, "status": "exchanged", "new_product_id": new}
 
 
@@ -499,6 +621,8 @@ _RUNNERS = {
 
 def dump_tables(conn: sqlite3.Connection) -> dict[str, list[tuple]]:
     """Every row of every table, in key order (for whole-database comparisons)."""
-    names = [r[0] for r in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+    names = [
+        r[0]
+        for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")
+    ]
     return {n: conn.execute(f"SELECT * FROM {n} ORDER BY 1").fetchall() for n in names}

@@ -243,9 +243,7 @@ def build_world(seed: int, n_customers: int = 240) -> World:
         cursors = [None] + _hex_ids(rng, "cur", n_pages - 1, used)
         for seq, ((day, kind), oid, pay) in enumerate(zip(chosen, oids, pays)):
             status = {"pending": "pending", "cancelled": "cancelled"}.get(kind, "delivered")
-            item_status = {"pending": "processing", "cancelled": "cancelled"}.get(
-                kind, "delivered"
-            )
+            item_status = {"pending": "processing", "cancelled": "cancelled"}.get(kind, "delivered")
             n_items = int(rng.integers(1, 5))
             prods = rng.choice(len(product_ids), size=n_items, replace=False)
             iids = _hex_ids(rng, "itm", n_items, used)
@@ -266,7 +264,15 @@ def build_world(seed: int, n_customers: int = 240) -> World:
             )
             carrier = _CARRIERS[int(rng.integers(len(_CARRIERS)))]
             world.orders[oid] = Order(
-                oid, cid, seq, seq // PAGE_SIZE + 1, day, status, address, pay, method,
+                oid,
+                cid,
+                seq,
+                seq // PAGE_SIZE + 1,
+                day,
+                status,
+                address,
+                pay,
+                method,
                 tuple(iids),
             )
             order_rows.append((oid, cid, seq, day, status, address, None, None, carrier))
@@ -274,12 +280,14 @@ def build_world(seed: int, n_customers: int = 240) -> World:
         for k, cur in enumerate(cursors):
             if cur is not None:
                 world.cursor_owner[cur] = (cid, k + 1)
-        world.customers[cid] = Customer(cid, f"{first} {last}", email, city, tuple(oids),
-                                        tuple(cursors))
+        world.customers[cid] = Customer(
+            cid, f"{first} {last}", email, city, tuple(oids), tuple(cursors)
+        )
         world.email_to_customer[email] = cid
         tier = ("bronze", "silver", "gold")[int(rng.integers(3))]
-        customer_rows.append((cid, f"{first} {last}", email, city, tier,
-                              int(rng.integers(0, 5000))))
+        customer_rows.append(
+            (cid, f"{first} {last}", email, city, tier, int(rng.integers(0, 5000)))
+        )
     # Pre-existing refunds for the items generated as already refunded.
     refund_rows = [
         (i.id, i.order_id, world.orders[i.order_id].payment_id, i.qty * i.price_cents)

@@ -29,7 +29,8 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 from urllib.parse import parse_qs
 
 from budget_envs.envs.webshop.shop import Block, SessionState, Shop
@@ -45,15 +46,25 @@ MAX_SESSIONS = 20_000
 MAX_FAULT_DELAY_MS = 2000
 _SID = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
 _STATUS = {
-    200: "200 OK", 201: "201 Created", 204: "204 No Content", 303: "303 See Other",
-    400: "400 Bad Request", 404: "404 Not Found", 405: "405 Method Not Allowed",
-    411: "411 Length Required", 413: "413 Payload Too Large", 414: "414 URI Too Long",
-    500: "500 Internal Server Error", 503: "503 Service Unavailable",
+    200: "200 OK",
+    201: "201 Created",
+    204: "204 No Content",
+    303: "303 See Other",
+    400: "400 Bad Request",
+    404: "404 Not Found",
+    405: "405 Method Not Allowed",
+    411: "411 Length Required",
+    413: "413 Payload Too Large",
+    414: "414 URI Too Long",
+    500: "500 Internal Server Error",
+    503: "503 Service Unavailable",
 }
 _SECURITY_HEADERS = [
     ("X-Content-Type-Options", "nosniff"),
-    ("Content-Security-Policy",
-     "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'"),
+    (
+        "Content-Security-Policy",
+        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'",
+    ),
     ("Referrer-Policy", "no-referrer"),
     ("Cache-Control", "no-store"),
 ]
@@ -132,8 +143,11 @@ class WebShopApp:
         except HTTPError as exc:
             status, headers, body = self._error(environ, exc.status, exc.message)
         except Exception:  # a bug: answer 500, never leak a traceback to the client
-            logger.exception("web shop request failed: %s %s",
-                             environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"))
+            logger.exception(
+                "web shop request failed: %s %s",
+                environ.get("REQUEST_METHOD"),
+                environ.get("PATH_INFO"),
+            )
             status, headers, body = self._error(environ, 500, "internal error")
         headers = headers + _SECURITY_HEADERS + [("Content-Length", str(len(body)))]
         start_response(_STATUS.get(status, f"{status} Error"), headers)
@@ -142,8 +156,11 @@ class WebShopApp:
     @staticmethod
     def _error(environ: dict, status: int, message: str) -> tuple[int, list, bytes]:
         if str(environ.get("PATH_INFO", "")).startswith("/api/"):
-            return status, [("Content-Type", "application/json")], _json_bytes(
-                {"error": message, "status": status})
+            return (
+                status,
+                [("Content-Type", "application/json")],
+                _json_bytes({"error": message, "status": status}),
+            )
         page = f"<!doctype html><title>{status}</title><p>{html.escape(message)}</p>"
         return status, [("Content-Type", "text/html; charset=utf-8")], page.encode()
 
@@ -162,8 +179,9 @@ class WebShopApp:
             if parts[1] == "new":
                 self._allow(method, "POST")
                 form = _form(environ)
-                sid, _ = self._new_session(form.get("task", "L1-0000"),
-                                           form.get("scoring", "exact"))
+                sid, _ = self._new_session(
+                    form.get("task", "L1-0000"), form.get("scoring", "exact")
+                )
                 return 303, [("Location", f"/web/{sid}")], b""
             sess = self._get(parts[1])
             if method == "GET":
@@ -220,8 +238,7 @@ class WebShopApp:
                     if "task_id" in data:  # start the session over on a task (a reset)
                         if not isinstance(data["task_id"], str):
                             raise ValueError("task_id must be a string")
-                        state = self.shop.new_state(data["task_id"],
-                                                    data.get("scoring", "exact"))
+                        state = self.shop.new_state(data["task_id"], data.get("scoring", "exact"))
                     else:
                         state = self.shop.state_from_dict(data.get("state"))
                 except (ValueError, TypeError) as exc:
@@ -252,7 +269,9 @@ class WebShopApp:
         kind = None
         if fault is not None:
             if not isinstance(fault, dict) or fault.get("kind") not in (
-                "http_error", "stale_page", "slow_response"
+                "http_error",
+                "stale_page",
+                "slow_response",
             ):
                 raise HTTPError(400, "fault must be {'kind': http_error|stale_page|slow_response}")
             kind = fault["kind"]
@@ -373,8 +392,9 @@ def _json_body(environ: dict) -> dict[str, Any]:
 def _form(environ: dict) -> dict[str, str]:
     raw = _read_body(environ)
     try:
-        pairs = parse_qs(raw.decode("utf-8"), keep_blank_values=True, max_num_fields=20,
-                         strict_parsing=False)
+        pairs = parse_qs(
+            raw.decode("utf-8"), keep_blank_values=True, max_num_fields=20, strict_parsing=False
+        )
     except (UnicodeDecodeError, ValueError):
         raise HTTPError(400, "bad form data") from None
     return {k: v[0] for k, v in pairs.items() if v}

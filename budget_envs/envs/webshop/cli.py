@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["export_main", "serve_main"]
 
@@ -30,8 +30,9 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         description="Serve the BudgetMix web shop (HTML for people, JSON API for envs).",
     )
     parser.add_argument("--port", type=int, default=3000, help="TCP port (0 = any free port)")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="interface to listen on (default: loopback only)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="interface to listen on (default: loopback only)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="catalogue seed")
     parser.add_argument("--products", type=int, default=10_000, help="catalogue size")
     args = parser.parse_args(argv)
@@ -44,15 +45,23 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     from budget_envs.envs.webshop.shop import get_shop
 
     if not _is_loopback(args.host):
-        print(f"warning: listening on {args.host}, reachable from other machines; the shop has "
-              "no authentication", file=sys.stderr)
+        print(
+            f"warning: listening on {args.host}, reachable from other machines; the shop has "
+            "no authentication",
+            file=sys.stderr,
+        )
     shop = get_shop(args.seed, args.products)
     httpd = make_server(WebShopApp(shop), args.host, args.port)
     host, port = httpd.server_address[:2]
-    print(f"web shop (seed {args.seed}, {len(shop.products)} products) at http://{host}:{port}",
-          flush=True)
-    print(f"  envs: gym.make('BudgetMix/WebShop-v0', base_url='http://{host}:{port}', "
-          f"catalogue_seed={args.seed})", flush=True)
+    print(
+        f"web shop (seed {args.seed}, {len(shop.products)} products) at http://{host}:{port}",
+        flush=True,
+    )
+    print(
+        f"  envs: gym.make('BudgetMix/WebShop-v0', base_url='http://{host}:{port}', "
+        f"catalogue_seed={args.seed})",
+        flush=True,
+    )
     try:
         httpd.serve_forever(poll_interval=0.5)
     except KeyboardInterrupt:
@@ -72,8 +81,13 @@ def export_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("out_dir", help="directory to write the JSON files to")
     parser.add_argument("--seed", type=int, default=0, help="catalogue seed")
     parser.add_argument("--products", type=int, default=10_000, help="catalogue size")
-    parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 3],
-                        help="one-item levels to export goals from (1-3)")
+    parser.add_argument(
+        "--levels",
+        type=int,
+        nargs="+",
+        default=[1, 2, 3],
+        help="one-item levels to export goals from (1-3)",
+    )
     parser.add_argument("--tasks-per-level", type=int, default=100)
     args = parser.parse_args(argv)
     if any(lv not in (1, 2, 3) for lv in args.levels):

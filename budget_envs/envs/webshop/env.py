@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import Any, ClassVar, Sequence
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -100,8 +101,10 @@ class WebShopEnv(TextAgentEnv):
         for lv in levels:
             if isinstance(lv, bool) or lv not in LEVELS:
                 raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
-        for name, value, lo in (("tasks_per_level", tasks_per_level, 1),
-                                ("num_products", num_products, 1000)):
+        for name, value, lo in (
+            ("tasks_per_level", tasks_per_level, 1),
+            ("num_products", num_products, 1000),
+        ):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < lo:
                 raise ValueError(f"{name} must be an int >= {lo}, got {value!r}")
         if tasks_per_level > 10_000:
@@ -190,8 +193,9 @@ class WebShopEnv(TextAgentEnv):
                 f"but this env was made with catalogue_seed={self.catalogue_seed}"
             )
 
-    def _request(self, method: str, path: str, json: Any = None,
-                 ok: tuple[int, ...] = (200, 201, 204)) -> Any:
+    def _request(
+        self, method: str, path: str, json: Any = None, ok: tuple[int, ...] = (200, 201, 204)
+    ) -> Any:
         import requests
 
         url = self.base_url + path
@@ -202,8 +206,11 @@ class WebShopEnv(TextAgentEnv):
             raise WebShopServerError(
                 f"the web shop server at {self.base_url} did not answer "
                 f"({type(exc).__name__}); is it running?"
-                + (" The env owns it: call env.unwrapped.restart_server() or reset()."
-                   if self._given_url is None else "")
+                + (
+                    " The env owns it: call env.unwrapped.restart_server() or reset()."
+                    if self._given_url is None
+                    else ""
+                )
             ) from exc
         if resp.status_code not in ok:
             raise WebShopServerError(
@@ -229,11 +236,13 @@ class WebShopEnv(TextAgentEnv):
         self._session()
         data = None
         if self._sid is not None:  # reuse the session: one request per reset
-            body = {"task_id": task_id, "scoring": self.scoring,
-                    "with_task": task_id not in self._tasks}
+            body = {
+                "task_id": task_id,
+                "scoring": self.scoring,
+                "with_task": task_id not in self._tasks,
+            }
             try:
-                data = self._request("PUT", f"/api/sessions/{self._sid}", json=body,
-                                     ok=(200, 404))
+                data = self._request("PUT", f"/api/sessions/{self._sid}", json=body, ok=(200, 404))
             except WebShopServerError:
                 if self._server is None:
                     raise
@@ -244,8 +253,9 @@ class WebShopEnv(TextAgentEnv):
                 data = None
         if data is None:
             self._sid = None
-            data = self._request("POST", "/api/sessions",
-                                 json={"task_id": task_id, "scoring": self.scoring})
+            data = self._request(
+                "POST", "/api/sessions", json={"task_id": task_id, "scoring": self.scoring}
+            )
             self._sid = data["sid"]
         if "task" in data:
             self._tasks[task_id] = Task.from_dict(data["task"])
@@ -264,8 +274,12 @@ class WebShopEnv(TextAgentEnv):
         body: dict[str, Any] = {"action": action}
         if fault is not None:
             body["fault"] = fault
-        return self._request("POST", f"/api/sessions/{self._sid}/step", json=body,
-                             ok=(200, 500, 503) if fault else (200,))
+        return self._request(
+            "POST",
+            f"/api/sessions/{self._sid}/step",
+            json=body,
+            ok=(200, 500, 503) if fault else (200,),
+        )
 
     def _after(self, data: dict[str, Any]) -> float:
         self._apply(data)

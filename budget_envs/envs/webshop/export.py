@@ -8,8 +8,8 @@ options), so tools written for WebShop's data can read a BudgetMix catalogue.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from budget_envs.envs.webshop.catalogue import Product
 from budget_envs.envs.webshop.shop import Shop
@@ -52,19 +52,24 @@ def export_webshop(shop: Shop, out_dir: str | Path, task_ids: Iterable[str]) -> 
             continue
         item = task.items[0]
         p = shop.product(item.asin)
-        ins_v2.setdefault(p.asin, {
-            "attributes": list(p.attributes),
-            "instruction": task.instruction,
-            "instruction_attributes": list(item.attributes),
-        })
-        human.setdefault(p.asin, []).append({
-            "asin": p.asin,
-            "instruction": task.instruction,
-            "instruction_attributes": list(item.attributes),
-            "instruction_options": list(item.goal_options.values()),
-            "price_upper": item.price_upper,
-            "task_id": task.task_id,
-        })
+        ins_v2.setdefault(
+            p.asin,
+            {
+                "attributes": list(p.attributes),
+                "instruction": task.instruction,
+                "instruction_attributes": list(item.attributes),
+            },
+        )
+        human.setdefault(p.asin, []).append(
+            {
+                "asin": p.asin,
+                "instruction": task.instruction,
+                "instruction_attributes": list(item.attributes),
+                "instruction_options": list(item.goal_options.values()),
+                "price_upper": item.price_upper,
+                "task_id": task.task_id,
+            }
+        )
     paths = []
     for name, data in zip(FILES, ([product_raw(p) for p in shop.products], ins_v2, human)):
         path = out / name

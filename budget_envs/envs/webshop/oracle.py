@@ -57,8 +57,9 @@ def _abstract(task: Task, state: dict[str, Any]) -> tuple:
         j = goal_asins.index(asin) if asin in goal_asins else -1
         sel = 0
         if j >= 0:
-            sel = sum(state.get("selected", {}).get(d) == v
-                      for d, v in task.items[j].goal_options.items())
+            sel = sum(
+                state.get("selected", {}).get(d) == v for d, v in task.items[j].goal_options.items()
+            )
         loc = ("item" if page == "item" else "sub", j, sel, _results_info(task, state))
     return (loc, ok, wrong)
 
@@ -138,20 +139,24 @@ def _concrete(task: Task, state: dict[str, Any], move: tuple) -> list[str]:
     if name == "option":
         item = task.items[move[1]]
         selected = state.get("selected", {})
-        return [f"click[{v.lower()}]" for d, v in item.goal_options.items()
-                if selected.get(d) != v]
+        return [f"click[{v.lower()}]" for d, v in item.goal_options.items() if selected.get(d) != v]
     if name == "remove":
         goal_asins = {it.asin for it in task.items}
-        return [f"click[remove {c['asin'].lower()}]" for c in state.get("cart", [])
-                if c["asin"] not in goal_asins]
-    return [{
-        "back": "click[back to search]",
-        "next": "click[next >]",
-        "prev": "click[< prev]",
-        "add": "click[add to cart]",
-        "buy": "click[buy now]",
-        "checkout": "click[checkout]",
-    }[name]]
+        return [
+            f"click[remove {c['asin'].lower()}]"
+            for c in state.get("cart", [])
+            if c["asin"] not in goal_asins
+        ]
+    return [
+        {
+            "back": "click[back to search]",
+            "next": "click[next >]",
+            "prev": "click[< prev]",
+            "add": "click[add to cart]",
+            "buy": "click[buy now]",
+            "checkout": "click[checkout]",
+        }[name]
+    ]
 
 
 def oracle(task: Task, state: dict[str, Any]) -> tuple[list[str], int]:

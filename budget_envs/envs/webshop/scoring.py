@@ -20,7 +20,8 @@ Both guard WebShop's two crashes: no goal attributes and a zero price bound (tha
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from budget_envs.envs.webshop.catalogue import CATEGORY_SEP, TYPES, Product
 
@@ -36,9 +37,31 @@ __all__ = [
 SCORING_MODES = ("exact", "webshop")
 _WORD = re.compile(r"[a-z0-9]+")
 # Order matters: the first colour found as a substring wins ("dark grey" -> "dark").
-_COLOR_SET = ["tan", "dark", "black", "white", "navy", "blue", "red", "wine", "grey",
-              "gray", "beige", "khaki", "olive", "green", "pink", "purple", "brown", "ivory",
-              "teal", "gold", "silver", "yellow", "orange"]
+_COLOR_SET = [
+    "tan",
+    "dark",
+    "black",
+    "white",
+    "navy",
+    "blue",
+    "red",
+    "wine",
+    "grey",
+    "gray",
+    "beige",
+    "khaki",
+    "olive",
+    "green",
+    "pink",
+    "purple",
+    "brown",
+    "ivory",
+    "teal",
+    "gold",
+    "silver",
+    "yellow",
+    "orange",
+]
 _NOUN_WORDS = frozenset(w for spec in TYPES for w in _WORD.findall(spec.noun))
 _NOT_NOUNS = frozenset(
     "a an and the of with for in on to by premium classic everyday ultra deluxe essential "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 from budget_envs.envs.webshop.catalogue import Product
 

@@ -16,8 +16,8 @@ import logging
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 from urllib.parse import unquote
 
 from budget_envs.envs.webshop.app import MAX_BODY
@@ -189,8 +189,9 @@ class ShopServer:
         self._stopped = False
 
     @classmethod
-    def start(cls, seed: int = 0, num_products: int = 10_000, host: str = "127.0.0.1",
-              port: int = 0) -> "ShopServer":
+    def start(
+        cls, seed: int = 0, num_products: int = 10_000, host: str = "127.0.0.1", port: int = 0
+    ) -> ShopServer:
         """Build (or reuse) the shop for ``seed`` and serve it on ``host:port`` (0 = free port)."""
         from budget_envs.envs.webshop.app import WebShopApp
         from budget_envs.envs.webshop.shop import get_shop

@@ -154,8 +154,11 @@ class Shop:
     def blocks(self, state: SessionState) -> list[Block]:
         """The visible elements of the session's current page."""
         task = self.task(state.task_id)
-        out = [block("WebShop", "title"), block("Instruction:", "instr"),
-               block(task.instruction, "instr")]
+        out = [
+            block("WebShop", "title"),
+            block("Instruction:", "instr"),
+            block(task.instruction, "instr"),
+        ]
         if task.multi:
             total = sum(self.product(c["asin"]).price for c in state.cart)
             out.append(block(f"Cart: {len(state.cart)} item(s), total ${total:.2f}"))
@@ -183,7 +186,7 @@ class Shop:
             if state.page_no * PAGE_SIZE < n:
                 out.append(block("Next >", "button"))
             start = (state.page_no - 1) * PAGE_SIZE
-            for asin in state.results[start:start + PAGE_SIZE]:
+            for asin in state.results[start : start + PAGE_SIZE]:
                 p = self.product(asin)
                 out += [block(p.asin, "button"), block(p.title), block(f"${p.price:.2f}")]
             if not n:
@@ -368,17 +371,23 @@ class Shop:
                 p, opts = bought[best_j]
                 product = {**product_record(p), "options": dict(opts), "price": p.price}
             rewards.append(best)
-            records.append({
-                "goal": goal,
-                "product": product,
-                "price": None if product is None else product["price"],
-                "options": {} if product is None else product["options"],
-                "reward": best,
-            })
+            records.append(
+                {
+                    "goal": goal,
+                    "product": product,
+                    "price": None if product is None else product["price"],
+                    "options": {} if product is None else product["options"],
+                    "reward": best,
+                }
+            )
         score = sum(rewards) / max(len(task.items), len(bought), 1)
         if task.multi:
-            purchase = {"items": records, "total": total, "spending_limit": task.spending_limit,
-                        "extra_items": max(0, len(bought) - len(task.items))}
+            purchase = {
+                "items": records,
+                "total": total,
+                "spending_limit": task.spending_limit,
+                "extra_items": max(0, len(bought) - len(task.items)),
+            }
         else:
             purchase = records[0]
         state.page, state.sub = "done", None
@@ -420,8 +429,9 @@ class Shop:
             and all(self.has_product(c["asin"]) for c in st.cart)
         )
         if ok:
-            for opts, asin in [(st.selected, st.asin)] + [(c["options"], c["asin"])
-                                                          for c in st.cart]:
+            for opts, asin in [(st.selected, st.asin)] + [
+                (c["options"], c["asin"]) for c in st.cart
+            ]:
                 offered = self.product(asin).options if asin else {}
                 if any(v not in offered.get(d, ()) for d, v in opts.items()):
                     ok = False

@@ -91,7 +91,7 @@ class Task:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Task":
+    def from_dict(cls, data: dict[str, Any]) -> Task:
         """Inverse of :meth:`to_dict`."""
         items = [GoalItem(**it) for it in data["items"]]
         return cls(
@@ -134,7 +134,7 @@ def _matches(p: Product, attrs: list[str], options: dict[str, str], price_upper:
     return True
 
 
-def _near_misses(shop: "Shop", p: Product, attrs, options, price_upper) -> int:
+def _near_misses(shop: Shop, p: Product, attrs, options, price_upper) -> int:
     """Products of the same type failing exactly one constraint."""
     count = 0
     for q in shop.by_type[p.type_index]:
@@ -182,12 +182,12 @@ def _level_params(level: int, rng: random.Random) -> dict[str, Any]:
         return dict(n=1, k=(2, 3), attrs=(2, 3), pages=(2, 3), near=2, hidden=False)
     if level == 4:
         return dict(n=2, k=(1, 3), attrs=(2, 3), pages=(1, 3), near=1, hidden=True)
-    return dict(n=rng.choice([3, 4, 5]), k=(2, 3), attrs=(2, 3), pages=(2, 5), near=2,
-                hidden=True)
+    return dict(n=rng.choice([3, 4, 5]), k=(2, 3), attrs=(2, 3), pages=(2, 5), near=2, hidden=True)
 
 
-def _draw_item(shop: "Shop", rng: random.Random, params: dict[str, Any], single: bool,
-               used_types: set[int]) -> GoalItem | None:
+def _draw_item(
+    shop: Shop, rng: random.Random, params: dict[str, Any], single: bool, used_types: set[int]
+) -> GoalItem | None:
     p = shop.products[rng.randrange(len(shop.products))]
     if p.type_index in used_types:
         return None
@@ -199,8 +199,11 @@ def _draw_item(shop: "Shop", rng: random.Random, params: dict[str, Any], single:
     options = {d: rng.choice(p.options[d]) for d in dims[:k]}
     pool = list(p.attributes)
     if params["hidden"]:
-        hidden = [a for a in pool if a not in p.title_attributes and
-                  not any(a.upper() in b for b in p.bullets)]
+        hidden = [
+            a
+            for a in pool
+            if a not in p.title_attributes and not any(a.upper() in b for b in p.bullets)
+        ]
         if not hidden:
             return None
         first = rng.choice(hidden)
@@ -213,8 +216,11 @@ def _draw_item(shop: "Shop", rng: random.Random, params: dict[str, Any], single:
     price_upper = _ceil10(p.price) if single else None
     extra_pool = pool[n_attr:]
     while True:
-        others = [q for q in shop.by_type[p.type_index]
-                  if q is not p and _matches(q, attrs, options, price_upper)]
+        others = [
+            q
+            for q in shop.by_type[p.type_index]
+            if q is not p and _matches(q, attrs, options, price_upper)
+        ]
         if not others:
             break
         if not extra_pool or len(attrs) >= 4:
@@ -250,7 +256,7 @@ def _draw_item(shop: "Shop", rng: random.Random, params: dict[str, Any], single:
     )
 
 
-def make_task(shop: "Shop", task_id: str) -> Task:
+def make_task(shop: Shop, task_id: str) -> Task:
     """Build task ``task_id`` (e.g. ``"L2-0007"``) on ``shop``'s catalogue, deterministically."""
     level, index = parse_task_id(task_id)
     rng = random.Random(f"budgetmix-webshop-task:{shop.seed}:{level}:{index}")
@@ -280,6 +286,6 @@ def make_task(shop: "Shop", task_id: str) -> Task:
             f"i want to buy {n} things with a total price lower than {limit:.2f} dollars: "
             + "; ".join(parts)
         )
-    return Task(task_id=task_id, level=level, instruction=instruction, items=items,
-                spending_limit=limit)
-
+    return Task(
+        task_id=task_id, level=level, instruction=instruction, items=items, spending_limit=limit
+    )
