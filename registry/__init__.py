@@ -19,6 +19,8 @@ from typing import Any
 import gymnasium as gym
 from budget_envs.registry.table import ENV_TABLE, EnvEntry
 
+from budget_envs._util import missing_dependency
+
 __all__ = ["ENV_TABLE", "EnvEntry", "make_env", "register_env", "register_envs", "registered_ids"]
 
 _DEFAULT = object()
@@ -39,10 +41,7 @@ def _load_class(entry: EnvEntry) -> Callable[..., gym.Env]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         if entry.requires:
-            raise gym.error.DependencyNotInstalled(
-                f"{entry.id} needs the '{entry.requires}' extra: "
-                f'pip install "budget-envs[{entry.requires}]" ({exc})'
-            ) from exc
+            raise missing_dependency(entry.id, entry.requires, exc) from exc
         raise
     return getattr(module, attr)
 

@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from budget_envs._util import tool_call_action, tool_calls_action
+
 __all__ = [
     "Agent",
     "AgentError",
@@ -62,11 +64,6 @@ class Agent(Protocol):
 
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
         """The next action."""
-
-
-def tool_call_action(name: str, arguments: Any) -> str:
-    """The action text of one native tool call: ``{"tool_calls": [{"name", "arguments"}]}``."""
-    return json.dumps({"tool_calls": [{"name": name, "arguments": arguments}]})
 
 
 def _check_seed(seed: Any) -> int:
@@ -383,7 +380,7 @@ class ChatAgent:
                     args = json.loads(raw) if isinstance(raw, str) else (raw or {})
                 except ValueError:
                     args = raw  # the env answers broken JSON with feedback, as a turn
-                parsed.append({"name": fn.get("name", ""), "arguments": args})
+                parsed.append((fn.get("name", ""), args))
                 ids.append(call.get("id") or f"call_{len(self._messages)}_{n}")
             self._messages.append(
                 {
@@ -403,7 +400,7 @@ class ChatAgent:
                 }
             )
             self._pending_ids = ids
-            return json.dumps({"tool_calls": parsed})
+            return tool_calls_action(parsed)
         text = (message.get("content") or "").strip()
         self._messages.append({"role": "assistant", "content": text})
         # Models often wrap the action in quotes or add a second line; keep the first line.

@@ -31,7 +31,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.error import DependencyNotInstalled
+
+from budget_envs._util import require
 
 __all__ = [
     "DEFAULT_ENV_NAME",
@@ -50,15 +51,7 @@ _WORD = re.compile(r"[a-z0-9]+")
 
 
 def _require() -> None:
-    try:
-        import ray  # noqa: F401
-        import ray.rllib  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError as exc:
-        raise DependencyNotInstalled(
-            f'the RLlib integration needs the "rllib" extra: pip install "budget-envs[rllib]" '
-            f"({exc})"
-        ) from exc
+    require("ray", "ray.rllib", "torch", extra="rllib", what="the RLlib integration")
 
 
 def hash_features(text: str, dim: int, bigrams: bool = True) -> np.ndarray:

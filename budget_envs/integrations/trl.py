@@ -24,7 +24,8 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.error import DependencyNotInstalled
+
+from budget_envs._util import require, tool_call_action
 
 __all__ = [
     "BudgetExhausted",
@@ -52,13 +53,7 @@ _MARK_A, _MARK_U = "\x1fASSISTANT\x1f", "\x1fUSER\x1f"
 
 
 def _require() -> None:
-    try:
-        import torch  # noqa: F401
-        import trl  # noqa: F401
-    except ImportError as exc:
-        raise DependencyNotInstalled(
-            f'the TRL integration needs the "trl" extra: pip install "budget-envs[trl]" ({exc})'
-        ) from exc
+    require("torch", "trl", extra="trl", what="the TRL integration")
 
 
 def make_env(
@@ -555,7 +550,6 @@ class BudgetMixToolEnv:
 def _schema_method(fn: dict[str, Any]) -> Callable[..., str]:
     """A method for one OpenAI tool schema, typed and documented so TRL can render its schema."""
     import inspect
-    import json
 
     tool_name = fn["name"]
     params = fn.get("parameters", {}) or {}
@@ -564,9 +558,7 @@ def _schema_method(fn: dict[str, Any]) -> Callable[..., str]:
     kinds = {"string": str, "integer": int, "number": float, "boolean": bool}
 
     def method(self: BudgetMixToolEnv, **kwargs: Any) -> str:
-        arguments = {k: v for k, v in kwargs.items() if v is not None}
-        call = {"tool_calls": [{"name": tool_name, "arguments": arguments}]}
-        return self._run(json.dumps(call, separators=(",", ":")))
+        return self._run(tool_call_action(tool_name, kwargs))
 
     sig = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     annotations: dict[str, Any] = {}

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from budget_envs._util import cache_root
 from budget_envs.core import InvalidAction, TextAgentEnv
 from budget_envs.envs.alfworld import generate
 from budget_envs.envs.alfworld.engine import AlfredEngine, GameFileError
@@ -26,12 +27,8 @@ _GOAL = re.compile(r"Your task is to: (.*?)\.?\s*$", re.S)
 
 
 def default_cache_dir() -> Path:
-    """``$BUDGET_ENVS_CACHE/alfworld``, else ``$XDG_CACHE_HOME/budget-envs/alfworld``, else ``~/.cache/...``."""
-    root = os.environ.get("BUDGET_ENVS_CACHE")
-    if root:
-        return Path(root).expanduser() / "alfworld"
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(xdg) / "budget-envs" / "alfworld"
+    """The suite's cache rule for ``alfworld`` (:func:`budget_envs._util.cache_root`)."""
+    return cache_root("alfworld")
 
 
 def collect_game_files(split_dir: str | os.PathLike, task_types: Sequence[str]) -> list[str]:
@@ -150,9 +147,7 @@ class AlfWorldEnv(TextAgentEnv):
                 Path(os.environ["ALFWORLD_DATA"]).expanduser(), split, explicit=False
             )
         self.source = "generated" if self._split_dir is None else "real"
-        self.cache_dir = (
-            Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-        )
+        self.cache_dir = cache_root("alfworld", cache_dir)
         self._ids: list[str] | None = None
         self._paths: dict[str, str] = {}
         self._specs: dict[str, generate.TaskSpec] = {}

@@ -10,10 +10,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from pathlib import Path
 
+from budget_envs._util import cache_root
 from budget_envs.envs.alfworld import generate
-from budget_envs.envs.alfworld.env import default_cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +36,7 @@ def prepare(
     n = generate.DEFAULT_TASKS[split] if n is None else n
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    root = root / generate.GENERATOR_VERSION
+    root = cache_root("alfworld", cache_dir) / generate.GENERATOR_VERSION
     specs = generate.task_specs(split, n)
     engine = None
     if warm:

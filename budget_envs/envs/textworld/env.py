@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-from gymnasium.error import DependencyNotInstalled
 
+from budget_envs._util import import_optional
 from budget_envs.core import InvalidAction, TextAgentEnv
 from budget_envs.envs.textworld import generate as gen
 from budget_envs.envs.textworld.oracle import LIVE, UNREACHABLE, QuestRules, StateGraph
@@ -61,13 +61,7 @@ _GRAPH_CACHE_SIZE = 16
 
 
 def _import_textworld():
-    try:
-        import textworld
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise DependencyNotInstalled(
-            'TextWorld envs need textworld: pip install "budget-envs[textworld]"'
-        ) from exc
-    return textworld
+    return import_optional("textworld", extra="textworld", what="TextWorld envs")
 
 
 def _read_verdict(path: str) -> dict | None:
