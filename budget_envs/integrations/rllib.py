@@ -33,6 +33,7 @@ import numpy as np
 from gymnasium import spaces
 
 from budget_envs._util import require
+from budget_envs.integrations.common import DEFAULT_BUDGET, make_env
 
 __all__ = [
     "DEFAULT_ENV_NAME",
@@ -94,7 +95,7 @@ class MaskedTextEnv(gym.Env):
         self,
         env: str | gym.Env,
         *,
-        budget: Any = None,
+        budget: Any = DEFAULT_BUDGET,
         visibility: str = "hidden",
         faults: Any = None,
         process_reward: float | None = None,
@@ -117,8 +118,6 @@ class MaskedTextEnv(gym.Env):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if isinstance(env, str):
-            from budget_envs.integrations.trl import make_env
-
             env = make_env(
                 env,
                 budget=budget,

@@ -26,6 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 from budget_envs._util import require, tool_call_action
+from budget_envs.integrations.common import DEFAULT_BUDGET, make_env, make_env_like
 
 __all__ = [
     "BudgetExhausted",
@@ -54,40 +55,6 @@ _MARK_A, _MARK_U = "\x1fASSISTANT\x1f", "\x1fUSER\x1f"
 
 def _require() -> None:
     require("torch", "trl", extra="trl", what="the TRL integration")
-
-
-def make_env(
-    env_id: str,
-    *,
-    budget: Any = None,
-    visibility: str = "hidden",
-    faults: Any = None,
-    process_reward: float | None = None,
-    **env_kwargs: Any,
-) -> gym.Env:
-    """``gymnasium.make(env_id, ...)``, optionally wrapped in :class:`ProcessReward`.
-
-    ``budget=None`` keeps the id's default budget (trainers need a budget, so the bare env is
-    not offered here); ``process_reward`` is the ``scale`` of the progress signal added to the
-    reward, or None for the plain reward.
-    """
-    import warnings
-
-    import budget_envs  # noqa: F401  (registers the ids)
-    from budget_envs.wrappers import ProcessReward
-
-    kwargs: dict[str, Any] = dict(env_kwargs, visibility=visibility)
-    if budget is not None:
-        kwargs["budget"] = budget
-    if faults is not None:
-        kwargs["faults"] = faults
-    with warnings.catch_warnings():
-        # Gymnasium's checker warns about Text spaces it cannot sample meaningfully.
-        warnings.simplefilter("ignore", UserWarning)
-        env = gym.make(env_id, **kwargs)
-    if process_reward is not None:
-        env = ProcessReward(env, scale=process_reward, add_to_reward=True)
-    return env
 
 
 def task_prompt(task_id: str) -> str:
@@ -201,7 +168,7 @@ class BudgetMixRollout:
         self,
         env: str | gym.Env,
         *,
-        budget: Any = None,
+        budget: Any = DEFAULT_BUDGET,
         visibility: str = "hidden",
         faults: Any = None,
         process_reward: float | None = None,
@@ -416,17 +383,6 @@ def oracle_examples(
             mask += [0] * len(env_ids)
         out.append((tokens, mask))
     return out
-
-
-def make_env_like(env: gym.Env) -> gym.Env:
-    """A fresh env with the same spec (id, wrappers, kwargs) as ``env``."""
-    import warnings
-
-    if env.spec is None:
-        raise ValueError("the env has no spec to rebuild it from; pass an env id instead")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return gym.make(env.spec)
 
 
 class BudgetExhausted(RuntimeError):

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from budget_envs.envs.textworld import generate as gen
+from budget_envs.registry import PrepareResult, Progress
 
-__all__ = ["PreparedGame", "prepare"]
+__all__ = ["PreparedGame", "prepare", "prepare_hook"]
 
 #: Names accepted for ``family`` besides the generator's own (the env ids' spelling).
 _ALIASES = {
@@ -98,3 +99,51 @@ def prepare(
             if progress is not None:
                 progress(len(results), len(specs), record)
     return results
+
+
+def prepare_hook(
+    *,
+    progress: Progress | None = None,
+    family: str = "all",
+    levels: Sequence[int] | None = None,
+    tasks_per_level: int = 10,
+    cache_dir: str | None = None,
+    timeout: float = 300.0,
+    jobs: int = 0,
+) -> PrepareResult:
+    """Pre-generate TextWorld games into the cache (the family's prepare hook).
+
+    Args:
+        family: custom, coin_collector, treasure_hunter, cooking or all.
+        levels: the levels to generate (default: each family's graded set).
+        tasks_per_level: games per level (seeds 0..n-1, what the envs play by default).
+        cache_dir: where games are kept (default: $BUDGET_ENVS_CACHE/textworld or the user cache).
+        timeout: seconds allowed per game.
+        jobs: games generated at once (0: one per CPU).
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+        raise ValueError(f"jobs must be an int >= 0, got {jobs!r}")
+
+    def report(done: int, total: int, record: PreparedGame) -> None:
+        if progress is not None:
+            state = "failed" if record.error else ("cached" if record.cached else "made")
+            progress(done, total, f"{record.family} L{record.level} s{record.seed} {state}")
+
+    results = prepare(
+        family,
+        levels,
+        tasks_per_level,
+        cache_dir,
+        report,
+        timeout=timeout,
+        jobs=jobs or max(1, os.cpu_count() or 1),
+    )
+    failures = tuple(
+        f"{r.family} level {r.level} seed {r.seed}: {r.error}" for r in results if r.error
+    )
+    return PrepareResult(
+        ready=len(results) - len(failures),
+        total=len(results),
+        location=str(gen.cache_root(cache_dir)),
+        failures=failures,
+    )
