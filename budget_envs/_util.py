@@ -176,7 +176,9 @@ def check_levels(level: Any, valid: Sequence[int], *, name: str = "level") -> tu
     ValueError: level must be one of [1, 2, 3], a list of them or None, got 7
     """
     valid = tuple(int(v) for v in valid)
-    expected = f"{name} must be one of {list(valid)}, a list of them or None, got {level!r}"
+    contiguous = len(valid) > 8 and valid == tuple(range(valid[0], valid[-1] + 1))
+    shown = f"{valid[0]}..{valid[-1]}" if contiguous else str(list(valid))
+    expected = f"{name} must be one of {shown}, a list of them or None, got {level!r}"
     if level is None:
         return valid
     if _is_int(level):

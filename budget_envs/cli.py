@@ -443,17 +443,13 @@ def cmd_export_webshop(args: argparse.Namespace, out: TextIO) -> int:
 
 
 # ---------------------------------------------------------------------- demo
-def _family_of(env_id: str) -> str:
-    return env_id.split("/")[-1].split("-")[0]
-
-
 def _demo_ids() -> tuple[list[str], str]:
     from budget_envs.registry import ENV_TABLE, registered_ids
 
     if ENV_TABLE:
         ids, seen = [], set()
         for entry in ENV_TABLE:
-            fam = _family_of(entry.id)
+            fam = entry.family
             if fam not in seen:
                 seen.add(fam)
                 ids.append(entry.id)
