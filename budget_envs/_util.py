@@ -82,13 +82,10 @@ def cache_root(family: str, cache_dir: str | os.PathLike | None = None) -> Path:
     ``$BUDGET_ENVS_CACHE/<family>``, else ``$XDG_CACHE_HOME`` (or ``~/.cache``)
     ``/budget-envs/<family>``. Not created.
 
-    >>> import os
-    >>> os.environ["BUDGET_ENVS_CACHE"] = "/data/cache"
-    >>> cache_root("textworld").as_posix()
-    '/data/cache/textworld'
     >>> cache_root("textworld", "/elsewhere").as_posix()
     '/elsewhere'
-    >>> del os.environ["BUDGET_ENVS_CACHE"]
+    >>> cache_root("alfworld").name
+    'alfworld'
     """
     if not isinstance(family, str) or not family or "/" in family:
         raise ValueError(f"family must be a plain folder name, got {family!r}")

@@ -49,9 +49,7 @@ def prepare(
             split, tuple(generate.TASK_TYPES[k] for k in kinds), tasks_per_level
         )
     else:
-        n = generate.DEFAULT_TASKS[split] if n is None else n
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"n must be a positive int, got {n!r}")
+        n = check_int("n", generate.DEFAULT_TASKS[split] if n is None else n, lo=1)
         specs = generate.task_specs(split, n)
     root = cache_root("alfworld", cache_dir) / generate.GENERATOR_VERSION
     engine = None

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from budget_envs._util import check_int, check_seeds
 from budget_envs.envs.textworld import generate as gen
 from budget_envs.registry import PrepareResult, Progress
 
@@ -67,13 +68,11 @@ def prepare(
     envs play by default) or a list. ``progress(done, total, record)`` is called after each game.
     Failures are recorded, not raised, so one bad seed does not stop a long run.
     """
-    if isinstance(seeds, bool) or not isinstance(seeds, (int, list, tuple)):
-        raise TypeError(f"seeds must be a count or a list of ints, got {seeds!r}")
-    seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
-    if not seed_list:
-        raise ValueError(f"seeds must name at least one seed, got {seeds!r}")
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
+    if isinstance(seeds, (list, tuple)):
+        seed_list = list(check_seeds("seeds", seeds))
+    else:
+        seed_list = list(range(check_int("seeds", seeds, lo=1)))
+    jobs = check_int("jobs", jobs, lo=1)
     specs = []
     for fam in _families(family):
         fam_levels = gen.family_levels(fam) if levels is None else list(levels)
@@ -121,8 +120,7 @@ def prepare_hook(
         timeout: seconds allowed per game.
         jobs: games generated at once (0: one per CPU).
     """
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
-        raise ValueError(f"jobs must be an int >= 0, got {jobs!r}")
+    jobs = check_int("jobs", jobs, lo=0)
 
     def report(done: int, total: int, record: PreparedGame) -> None:
         if progress is not None:
