@@ -77,7 +77,7 @@ def test_math_comb_loop_subset(benchmark, first_success):
 def _family_ids() -> list[str]:
     seen, ids = set(), []
     for entry in ENV_TABLE:
-        family = entry.id.split("/")[-1].split("-")[0]
+        family = entry.family
         if family not in seen:
             seen.add(family)
             ids.append(entry.id)

@@ -17,11 +17,39 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
-from budget_envs.registry.table import ENV_TABLE, EnvEntry
+from budget_envs.registry.table import ENV_TABLE, EnvEntry, PrepareResult, Progress
 
-__all__ = ["ENV_TABLE", "EnvEntry", "make_env", "register_env", "register_envs", "registered_ids"]
+from budget_envs._util import missing_dependency
 
-_DEFAULT = object()
+__all__ = [
+    "DEFAULT_BUDGET",
+    "ENV_TABLE",
+    "EnvEntry",
+    "PrepareResult",
+    "Progress",
+    "entry_for",
+    "families",
+    "family_entries",
+    "make_env",
+    "register_env",
+    "register_envs",
+    "registered_ids",
+    "unregister_env",
+]
+
+
+class _DefaultBudget:
+    """The sentinel of an omitted ``budget=``: the id's default budget (``None`` is the bare env)."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT_BUDGET"
+
+    def __reduce__(self) -> str:
+        return "DEFAULT_BUDGET"  # pickles as the module attribute: one sentinel in every process
+
+
+#: ``budget=DEFAULT_BUDGET`` (the default) wraps the env in its row's default budget.
+DEFAULT_BUDGET = _DefaultBudget()
 _FAULT_KEYS = ("kinds", "at_turn", "rate", "max_faults", "seed")
 _ROWS: dict[str, EnvEntry] = {}
 
@@ -39,10 +67,7 @@ def _load_class(entry: EnvEntry) -> Callable[..., gym.Env]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         if entry.requires:
-            raise gym.error.DependencyNotInstalled(
-                f"{entry.id} needs the '{entry.requires}' extra: "
-                f'pip install "budget-envs[{entry.requires}]" ({exc})'
-            ) from exc
+            raise missing_dependency(entry.id, entry.requires, exc) from exc
         raise
     return getattr(module, attr)
 
@@ -71,7 +96,7 @@ def _fault_kwargs(faults: Any) -> dict[str, Any] | None:
 def make_env(
     entry: EnvEntry,
     *,
-    budget: Any = _DEFAULT,
+    budget: Any = DEFAULT_BUDGET,
     visibility: str = "hidden",
     faults: Any = None,
     **env_kwargs: Any,
@@ -90,7 +115,7 @@ def make_env(
     if budget is not None:
         env = BudgetWrapper(
             env,
-            budget=entry.default_budget if budget is _DEFAULT else budget,
+            budget=entry.default_budget if budget is DEFAULT_BUDGET else budget,
             visibility=visibility,
         )
     return env
@@ -149,4 +174,37 @@ def entry_for(env_id: str) -> EnvEntry:
             return entry
     raise gym.error.NameNotFound(
         f"unknown BudgetMix id {env_id!r}; registered ids: {registered_ids()}"
+    )
+
+
+def unregister_env(env_id: str) -> None:
+    """Remove a row added with :func:`register_env` (product ids of the table stay)."""
+    if any(entry.id == env_id for entry in ENV_TABLE):
+        raise ValueError(f"{env_id!r} is a product id of ENV_TABLE; it cannot be unregistered")
+    if _ROWS.pop(env_id, None) is None:
+        raise gym.error.NameNotFound(f"{env_id!r} was not added with register_env")
+    gym.registry.pop(env_id, None)
+
+
+def families() -> dict[str, list[EnvEntry]]:
+    """Every family name with its rows, in registration order (``budgetmix list``, ``prepare``)."""
+    out: dict[str, list[EnvEntry]] = {}
+    for env_id in registered_ids():
+        entry = entry_for(env_id)
+        out.setdefault(entry.family, []).append(entry)
+    return out
+
+
+def family_entries(name: str) -> list[EnvEntry]:
+    """The rows of the family called ``name`` (case-insensitive), or of the id ``name``."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"a family name must be a non-empty str, got {name!r}")
+    for family, entries in families().items():
+        if family.lower() == name.lower():
+            return entries
+    for entry in list(ENV_TABLE) + list(_ROWS.values()):
+        if entry.id == name:
+            return [entry]
+    raise gym.error.NameNotFound(
+        f"unknown family {name!r}; registered families: {list(families())}"
     )

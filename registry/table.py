@@ -1,16 +1,43 @@
-"""The one table of BudgetMix env ids.
+"""The one table of BudgetMix env ids, and everything shared code needs to know about a family.
 
 Each row names an id, the env class that implements it, the default turn budget that
-``gymnasium.make(id)`` wraps it in, a one-line description, and default constructor kwargs.
-``budget_envs.registry.register_envs()`` registers every row; adding a row is all it takes to
-publish an id (the registry-parametrized tests pick it up at once).
+``gymnasium.make(id)`` wraps it in, a one-line description, default constructor kwargs, and the
+family's metadata: its name, the chat agents' system prompt, its prepare hook and its pip extra. ``budget_envs.registry.register_envs()`` registers every row; adding a row (here, or
+with ``register_env`` from anywhere) is all it takes to publish an id: ``budgetmix list``,
+``budgetmix prepare``, the chat agents and the registry-parametrized tests pick it up at once.
+No module outside a family parses an id string.
+
+A **prepare hook** generates and caches a family's files ahead of time. It is called with
+keyword arguments only::
+
+    hook(*, progress=None, **options) -> PrepareResult
+
+``progress(done, total, note)`` is called after each file. ``budgetmix prepare FAMILY`` turns the
+hook's keyword parameters (with their defaults, type hints and the ``Args:`` section of its
+docstring) into command-line options, so a family's options need no shared code either.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+__all__ = ["ENV_TABLE", "EnvEntry", "PrepareResult", "Progress"]
+
+#: ``progress(done, total, note)``: called by a prepare hook after each file it made or found.
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class PrepareResult:
+    """What a prepare hook reports: files ready out of those asked for, where, what failed."""
+
+    ready: int
+    total: int
+    location: str
+    failures: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -24,6 +51,12 @@ class EnvEntry:
         description: one line for ``budgetmix list`` and the README.
         kwargs: default constructor kwargs of the bare env.
         requires: the pip extra the family needs beyond the core install ("" when none).
+        family: the family's name (rows of one family share it; default: the id).
+        prompt: the chat agents' system prompt for this id: the text, or a callable
+            ``prompt(info) -> str`` given the first ``info`` of an episode (None: the agents'
+            generic prompt).
+        prepare: the family's prepare hook (see the module docstring), a callable or a lazy
+            ``"module:function"`` reference; None when there is nothing to prepare.
     """
 
     id: str
@@ -32,6 +65,46 @@ class EnvEntry:
     description: str
     kwargs: dict[str, Any] = field(default_factory=dict)
     requires: str = ""
+    family: str = ""
+    prompt: str | Callable[[Mapping[str, Any]], str] | None = None
+    prepare: str | Callable[..., PrepareResult] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or "/" not in self.id:
+            raise ValueError(f"id must look like 'Namespace/Name-vN', got {self.id!r}")
+        if not isinstance(self.family, str):
+            raise TypeError(f"family must be a str, got {self.family!r}")
+        if not self.family:
+            object.__setattr__(self, "family", self.id)
+        if self.prompt is not None and not (isinstance(self.prompt, str) or callable(self.prompt)):
+            raise TypeError(f"prompt must be a str, a callable or None, got {self.prompt!r}")
+        if self.prepare is not None and not (
+            callable(self.prepare) or (isinstance(self.prepare, str) and ":" in self.prepare)
+        ):
+            raise TypeError(
+                f"prepare must be a callable, a 'module:function' string or None, "
+                f"got {self.prepare!r}"
+            )
+
+    def chat_prompt(self, info: Mapping[str, Any]) -> str | None:
+        """The system prompt for an episode that starts with ``info`` (None: no own prompt)."""
+        if callable(self.prompt):
+            return str(self.prompt(info))
+        return self.prompt
+
+    def prepare_hook(self) -> Callable[..., PrepareResult] | None:
+        """The prepare hook, imported on first use (raises ImportError if its module is missing)."""
+        if self.prepare is None or callable(self.prepare):
+            return self.prepare
+        module_name, _, attr = self.prepare.partition(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+
+_TEXTWORLD_PROMPT = (
+    "You are playing a text adventure. Reply with exactly one command (for example "
+    "'go north', 'take key', 'open door'), nothing else."
+)
+_TEXTWORLD_PREPARE = "budget_envs.envs.textworld.prepare:prepare_hook"
 
 
 #: Every product env id. Families add their rows here.
@@ -43,6 +116,9 @@ ENV_TABLE: tuple[EnvEntry, ...] = (
         description="WebShop-style shopping over HTTP: search and buy from 10,000 generated "
         "products (levels 1-5, 3 to 30 optimal turns)",
         kwargs={},
+        family="WebShop",
+        prompt="You are shopping on a web store to satisfy an instruction. Reply with exactly one "
+        "action: search[query] or click[button text], nothing else.",
     ),
     EnvEntry(
         id="BudgetMix/ToolUse-v0",
@@ -51,6 +127,9 @@ ENV_TABLE: tuple[EnvEntry, ...] = (
         description="OpenAI-style tool calls over a generated SQLite back office: support "
         "tickets (levels 1-5, 3 to 39 optimal calls), exact oracle",
         kwargs={},
+        family="ToolUse",
+        prompt="You solve the task by calling the provided tools. Call one or more tools per "
+        "turn; when the task is done, call the tool that submits the answer.",
     ),
     EnvEntry(
         id="BudgetMix/TextWorld-v0",
@@ -60,6 +139,9 @@ ENV_TABLE: tuple[EnvEntry, ...] = (
         "turns), exact oracle on small games",
         kwargs={},
         requires="textworld",
+        family="TextWorld",
+        prompt=_TEXTWORLD_PROMPT,
+        prepare=_TEXTWORLD_PREPARE,
     ),
     EnvEntry(
         id="BudgetMix/TextWorld-CoinCollector-v0",
@@ -69,6 +151,9 @@ ENV_TABLE: tuple[EnvEntry, ...] = (
         "exact oracle",
         kwargs={},
         requires="textworld",
+        family="TextWorld",
+        prompt=_TEXTWORLD_PROMPT,
+        prepare=_TEXTWORLD_PREPARE,
     ),
     EnvEntry(
         id="BudgetMix/TextWorld-TreasureHunter-v0",
@@ -77,6 +162,9 @@ ENV_TABLE: tuple[EnvEntry, ...] = (
         description="TextWorld treasure hunter: fetch the named object, not the wrong one",
         kwargs={},
         requires="textworld",
+        family="TextWorld",
+        prompt=_TEXTWORLD_PROMPT,
+        prepare=_TEXTWORLD_PREPARE,
     ),
     EnvEntry(
         id="BudgetMix/TextWorld-Cooking-v0",
@@ -86,6 +174,9 @@ ENV_TABLE: tuple[EnvEntry, ...] = (
         "(levels 1-6, 3 to ~35 turns)",
         kwargs={},
         requires="textworld",
+        family="TextWorld",
+        prompt=_TEXTWORLD_PROMPT,
+        prepare=_TEXTWORLD_PREPARE,
     ),
     EnvEntry(
         id="BudgetMix/ALFWorld-v0",
@@ -95,5 +186,9 @@ ENV_TABLE: tuple[EnvEntry, ...] = (
         "tasks by default, real datasets via data_dir",
         kwargs={},
         requires="alfworld",
+        family="ALFWorld",
+        prompt="You are a household robot in a text simulation. Reply with exactly one command "
+        "from the admissible actions (for example 'go to fridge 1'), nothing else.",
+        prepare="budget_envs.envs.alfworld.prepare:prepare_hook",
     ),
 )

@@ -64,7 +64,8 @@ def test_arguments_are_checked(cache):
         ({"oracle": "gpt"}, ValueError, "'gpt'"),
         ({"task_types": [7]}, ValueError, "type 7"),
         ({"task_types": "pick"}, TypeError, "'pick'"),
-        ({"n_tasks": 0}, ValueError, "got 0"),
+        ({"tasks_per_level": 0}, ValueError, "got 0"),
+        ({"level": [1, 7]}, ValueError, r"\[1, 7\]"),
         ({"data_dir": cache / "nowhere"}, ValueError, "nowhere"),
     ]:
         with pytest.raises(exc, match=quoted):
@@ -203,7 +204,8 @@ def test_same_seed_same_transcript_with_handcoded_expert(cache):
 def test_real_layout_loader_via_data_dir_and_env_var(tmp_path, monkeypatch):
     prepare("valid_seen", 18, tmp_path)
     root = tmp_path / generate.GENERATOR_VERSION
-    generated = AlfWorldEnv(split="valid_seen", cache_dir=tmp_path, n_tasks=18)
+    with pytest.warns(DeprecationWarning, match="tasks_per_level"):
+        generated = AlfWorldEnv(split="valid_seen", cache_dir=tmp_path, n_tasks=18)
     # alfworld's skip rules: Sliced/movable paths, unsolvable games, folders without traj_data.
     split_dir = root / "json_2.1.1" / "valid_seen"
     folders = sorted(p for p in split_dir.iterdir())

@@ -390,7 +390,7 @@ def test_arguments_are_checked(kwargs, exc):
 
 def test_task_ids_are_fixed_and_nothing_is_made_until_played(tmp_path):
     root = tmp_path / "cache"
-    env = CookingEnv(seeds=3, cache_dir=root)
+    env = CookingEnv(tasks_per_level=3, cache_dir=root)
     expected = [f"cooking-L{lv}-s{s}" for lv in (1, 2, 3, 4, 5, 6) for s in range(3)]
     assert list(env.task_ids) == expected
     assert not root.exists()

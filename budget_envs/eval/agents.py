@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from budget_envs._util import tool_call_action, tool_calls_action
+
 __all__ = [
     "Agent",
     "AgentError",
@@ -29,6 +31,7 @@ __all__ = [
     "OracleAgent",
     "RandomAgent",
     "make_agent",
+    "system_prompt",
     "tool_call_action",
 ]
 
@@ -62,11 +65,6 @@ class Agent(Protocol):
 
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
         """The next action."""
-
-
-def tool_call_action(name: str, arguments: Any) -> str:
-    """The action text of one native tool call: ``{"tool_calls": [{"name", "arguments"}]}``."""
-    return json.dumps({"tool_calls": [{"name": name, "arguments": arguments}]})
 
 
 def _check_seed(seed: Any) -> int:
@@ -150,33 +148,35 @@ class OracleAgent:
 
 
 # ---------------------------------------------------------------------- chat agent
+#: The system prompt of an env whose registry row has none. A family's own prompt is on its
+#: registry row (``EnvEntry.prompt``); ``ChatAgent(prompts=...)`` overrides both per family.
 DEFAULT_PROMPTS: dict[str, str] = {
     "default": (
         "You are an agent in a text environment. Each message is what you observe. Reply with "
         "exactly one action as plain text, nothing else."
     ),
-    "TextWorld": (
-        "You are playing a text adventure. Reply with exactly one command (for example "
-        "'go north', 'take key', 'open door'), nothing else."
-    ),
-    "ALFWorld": (
-        "You are a household robot in a text simulation. Reply with exactly one command from the "
-        "admissible actions (for example 'go to fridge 1'), nothing else."
-    ),
-    "WebShop": (
-        "You are shopping on a web store to satisfy an instruction. Reply with exactly one action: "
-        "search[query] or click[button text], nothing else."
-    ),
-    "ToolUse": (
-        "You solve the task by calling the provided tools. Call one or more tools per turn; when "
-        "the task is done, call the tool that submits the answer."
-    ),
 }
 
 
-def _family(env_id: str) -> str:
-    name = env_id.split("/")[-1]
-    return name.split("-")[0]
+def system_prompt(env_id: str, info: Mapping[str, Any], prompts: Mapping[str, str]) -> str:
+    """The system prompt for an episode of ``env_id`` starting with ``info``.
+
+    In order: ``prompts[<the row's family>]``, ``prompts[env_id]``, the registry row's own
+    prompt, ``prompts["default"]``. An id that is not registered gets the default prompt.
+    """
+    from gymnasium.error import NameNotFound
+
+    from budget_envs.registry import entry_for
+
+    default = prompts.get("default", DEFAULT_PROMPTS["default"])
+    try:
+        entry = entry_for(env_id)
+    except NameNotFound:  # an env that is not a registry row (a user's own id)
+        return prompts.get(env_id, default)
+    for key in (entry.family, env_id):
+        if key in prompts:
+            return prompts[key]
+    return entry.chat_prompt(info) or default
 
 
 @dataclass
@@ -200,7 +200,8 @@ class ChatAgent:
             :class:`AgentError`.
         timeout: seconds per request.
         history: how many past (action, observation) exchanges to send besides the first one.
-        prompts: system prompts per family (``"ToolUse"``, ``"WebShop"``, ...; ``"default"``).
+        prompts: system prompts keyed by family name (a registry row's ``family``) or by id,
+            plus ``"default"``; they win over the rows' own prompts (see :func:`system_prompt`).
         tools: ``"auto"`` sends ``info["tools"]`` as native tools when the env provides them.
         seed: sent as the request's ``seed`` (combined with the episode seed) for servers that
             support seeded sampling.
@@ -312,8 +313,7 @@ class ChatAgent:
         raise AgentError(f"{url} failed after {self.retries + 1} attempts; last error: {last}")
 
     def reset(self, *, env_id: str, observation: str, info: Mapping[str, Any], seed: int) -> None:
-        family = _family(env_id)
-        system = self.prompts.get(family, self.prompts["default"])
+        system = system_prompt(env_id, info, self.prompts)
         goal = info.get("goal")
         first = observation if not goal or goal in observation else f"Goal: {goal}\n\n{observation}"
         self._messages = [{"role": "system", "content": system}, {"role": "user", "content": first}]
@@ -383,7 +383,7 @@ class ChatAgent:
                     args = json.loads(raw) if isinstance(raw, str) else (raw or {})
                 except ValueError:
                     args = raw  # the env answers broken JSON with feedback, as a turn
-                parsed.append({"name": fn.get("name", ""), "arguments": args})
+                parsed.append((fn.get("name", ""), args))
                 ids.append(call.get("id") or f"call_{len(self._messages)}_{n}")
             self._messages.append(
                 {
@@ -403,7 +403,7 @@ class ChatAgent:
                 }
             )
             self._pending_ids = ids
-            return json.dumps({"tool_calls": parsed})
+            return tool_calls_action(parsed)
         text = (message.get("content") or "").strip()
         self._messages.append({"role": "assistant", "content": text})
         # Models often wrap the action in quotes or add a second line; keep the first line.

@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
+from budget_envs._util import import_optional
 from budget_envs.eval.metrics import (
     bootstrap_pass_at_kt,
     first_success_matrix,
@@ -145,13 +145,7 @@ def _slug(text: str) -> str:
 
 
 def _figure_module() -> Any:
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as exc:
-        raise gym.error.DependencyNotInstalled(
-            f'figures need matplotlib: pip install "budget-envs[plots]" ({exc})'
-        ) from exc
-    return Figure
+    return import_optional("matplotlib.figure", extra="plots", what="figures").Figure
 
 
 @dataclass

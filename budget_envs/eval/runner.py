@@ -647,12 +647,9 @@ def _iter_ray(
     address: str,
     chunk: int,
 ) -> Iterator[Any]:
-    try:
-        import ray
-    except ImportError as exc:
-        raise gym.error.DependencyNotInstalled(
-            f'the Ray back end needs ray: pip install "budget-envs[ray]" ({exc})'
-        ) from exc
+    from budget_envs._util import import_optional
+
+    ray = import_optional("ray", extra="ray", what="the Ray back end")
     if not ray.is_initialized():
         if address == "local":
             ray.init(include_dashboard=False, log_to_driver=False)

@@ -31,7 +31,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.error import DependencyNotInstalled
+
+from budget_envs._util import require
+from budget_envs.integrations.common import DEFAULT_BUDGET, make_env
 
 __all__ = [
     "DEFAULT_ENV_NAME",
@@ -50,15 +52,7 @@ _WORD = re.compile(r"[a-z0-9]+")
 
 
 def _require() -> None:
-    try:
-        import ray  # noqa: F401
-        import ray.rllib  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError as exc:
-        raise DependencyNotInstalled(
-            f'the RLlib integration needs the "rllib" extra: pip install "budget-envs[rllib]" '
-            f"({exc})"
-        ) from exc
+    require("ray", "ray.rllib", "torch", extra="rllib", what="the RLlib integration")
 
 
 def hash_features(text: str, dim: int, bigrams: bool = True) -> np.ndarray:
@@ -101,7 +95,7 @@ class MaskedTextEnv(gym.Env):
         self,
         env: str | gym.Env,
         *,
-        budget: Any = None,
+        budget: Any = DEFAULT_BUDGET,
         visibility: str = "hidden",
         faults: Any = None,
         process_reward: float | None = None,
@@ -124,8 +118,6 @@ class MaskedTextEnv(gym.Env):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if isinstance(env, str):
-            from budget_envs.integrations.trl import make_env
-
             env = make_env(
                 env,
                 budget=budget,

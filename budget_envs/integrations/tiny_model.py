@@ -15,7 +15,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from gymnasium.error import DependencyNotInstalled
+from budget_envs._util import require
 
 __all__ = ["SPECIAL_TOKENS", "build_tiny_model", "build_tiny_tokenizer", "warm_start"]
 
@@ -42,16 +42,8 @@ _BASE_CORPUS = (
 )
 
 
-def _require():
-    try:
-        import tokenizers  # noqa: F401
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-        import trl  # noqa: F401
-    except ImportError as exc:
-        raise DependencyNotInstalled(
-            f'the tiny model needs the "trl" extra: pip install "budget-envs[trl]" ({exc})'
-        ) from exc
+def _require() -> None:
+    require("tokenizers", "torch", "transformers", "trl", extra="trl", what="the tiny model")
 
 
 def build_tiny_tokenizer(corpus: Iterable[str] = (), vocab_size: int = 1024) -> Any:

@@ -24,7 +24,9 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.error import DependencyNotInstalled
+
+from budget_envs._util import require, tool_call_action
+from budget_envs.integrations.common import DEFAULT_BUDGET, make_env, make_env_like
 
 __all__ = [
     "BudgetExhausted",
@@ -52,47 +54,7 @@ _MARK_A, _MARK_U = "\x1fASSISTANT\x1f", "\x1fUSER\x1f"
 
 
 def _require() -> None:
-    try:
-        import torch  # noqa: F401
-        import trl  # noqa: F401
-    except ImportError as exc:
-        raise DependencyNotInstalled(
-            f'the TRL integration needs the "trl" extra: pip install "budget-envs[trl]" ({exc})'
-        ) from exc
-
-
-def make_env(
-    env_id: str,
-    *,
-    budget: Any = None,
-    visibility: str = "hidden",
-    faults: Any = None,
-    process_reward: float | None = None,
-    **env_kwargs: Any,
-) -> gym.Env:
-    """``gymnasium.make(env_id, ...)``, optionally wrapped in :class:`ProcessReward`.
-
-    ``budget=None`` keeps the id's default budget (trainers need a budget, so the bare env is
-    not offered here); ``process_reward`` is the ``scale`` of the progress signal added to the
-    reward, or None for the plain reward.
-    """
-    import warnings
-
-    import budget_envs  # noqa: F401  (registers the ids)
-    from budget_envs.wrappers import ProcessReward
-
-    kwargs: dict[str, Any] = dict(env_kwargs, visibility=visibility)
-    if budget is not None:
-        kwargs["budget"] = budget
-    if faults is not None:
-        kwargs["faults"] = faults
-    with warnings.catch_warnings():
-        # Gymnasium's checker warns about Text spaces it cannot sample meaningfully.
-        warnings.simplefilter("ignore", UserWarning)
-        env = gym.make(env_id, **kwargs)
-    if process_reward is not None:
-        env = ProcessReward(env, scale=process_reward, add_to_reward=True)
-    return env
+    require("torch", "trl", extra="trl", what="the TRL integration")
 
 
 def task_prompt(task_id: str) -> str:
@@ -206,7 +168,7 @@ class BudgetMixRollout:
         self,
         env: str | gym.Env,
         *,
-        budget: Any = None,
+        budget: Any = DEFAULT_BUDGET,
         visibility: str = "hidden",
         faults: Any = None,
         process_reward: float | None = None,
@@ -423,17 +385,6 @@ def oracle_examples(
     return out
 
 
-def make_env_like(env: gym.Env) -> gym.Env:
-    """A fresh env with the same spec (id, wrappers, kwargs) as ``env``."""
-    import warnings
-
-    if env.spec is None:
-        raise ValueError("the env has no spec to rebuild it from; pass an env id instead")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return gym.make(env.spec)
-
-
 class BudgetExhausted(RuntimeError):
     """A tool call after the turn budget ran out (TRL shows the message as a tool error)."""
 
@@ -555,7 +506,6 @@ class BudgetMixToolEnv:
 def _schema_method(fn: dict[str, Any]) -> Callable[..., str]:
     """A method for one OpenAI tool schema, typed and documented so TRL can render its schema."""
     import inspect
-    import json
 
     tool_name = fn["name"]
     params = fn.get("parameters", {}) or {}
@@ -564,9 +514,7 @@ def _schema_method(fn: dict[str, Any]) -> Callable[..., str]:
     kinds = {"string": str, "integer": int, "number": float, "boolean": bool}
 
     def method(self: BudgetMixToolEnv, **kwargs: Any) -> str:
-        arguments = {k: v for k, v in kwargs.items() if v is not None}
-        call = {"tool_calls": [{"name": tool_name, "arguments": arguments}]}
-        return self._run(json.dumps(call, separators=(",", ":")))
+        return self._run(tool_call_action(tool_name, kwargs))
 
     sig = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     annotations: dict[str, Any] = {}

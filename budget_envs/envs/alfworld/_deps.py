@@ -13,12 +13,9 @@ import os
 import tempfile
 from types import ModuleType
 
-from gymnasium.error import DependencyNotInstalled
+from budget_envs._util import missing_dependency
 
-_HINT = (
-    "BudgetMix/ALFWorld-v0 needs alfworld and textworld: pip install 'budget-envs[alfworld]' "
-    "(or pip install 'alfworld>=0.4')"
-)
+_WHAT = "BudgetMix/ALFWorld-v0 (alfworld and textworld)"
 
 
 def alfworld_module(name: str) -> ModuleType:
@@ -28,7 +25,7 @@ def alfworld_module(name: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except ImportError as exc:
-        raise DependencyNotInstalled(f"{_HINT}; import of {name} failed: {exc}") from exc
+        raise missing_dependency(_WHAT, "alfworld", f"import of {name} failed: {exc}") from exc
     finally:
         if saved is None:
             os.environ.pop("ALFWORLD_DATA", None)
@@ -58,5 +55,5 @@ def textworld_pddl() -> tuple[ModuleType, ModuleType]:
             raise ImportError("fast_downward is missing (pip install 'textworld[pddl]')")
         logic = importlib.import_module("textworld.envs.pddl.logic")
     except ImportError as exc:
-        raise DependencyNotInstalled(f"{_HINT}; {exc}") from exc
+        raise missing_dependency(_WHAT, "alfworld", exc) from exc
     return pddl, logic

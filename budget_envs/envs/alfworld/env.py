@@ -6,12 +6,14 @@ import json
 import logging
 import os
 import re
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
+from budget_envs._util import cache_root, check_int, check_levels
 from budget_envs.core import InvalidAction, TextAgentEnv
 from budget_envs.envs.alfworld import generate
 from budget_envs.envs.alfworld.engine import AlfredEngine, GameFileError
@@ -26,12 +28,8 @@ _GOAL = re.compile(r"Your task is to: (.*?)\.?\s*$", re.S)
 
 
 def default_cache_dir() -> Path:
-    """``$BUDGET_ENVS_CACHE/alfworld``, else ``$XDG_CACHE_HOME/budget-envs/alfworld``, else ``~/.cache/...``."""
-    root = os.environ.get("BUDGET_ENVS_CACHE")
-    if root:
-        return Path(root).expanduser() / "alfworld"
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(xdg) / "budget-envs" / "alfworld"
+    """The suite's cache rule for ``alfworld`` (:func:`budget_envs._util.cache_root`)."""
+    return cache_root("alfworld")
 
 
 def collect_game_files(split_dir: str | os.PathLike, task_types: Sequence[str]) -> list[str]:
@@ -80,10 +78,17 @@ class AlfWorldEnv(TextAgentEnv):
 
     Args:
         split: ``"train"``, ``"valid_seen"`` or ``"valid_unseen"``.
-        task_types: task types to keep (ids 1-6 or names); all six by default.
+        level: the family's levels are alfworld's six task types, numbered 1-6 as in alfworld
+            (1 pick and place, 2 look at in light, 3 clean, 4 heat, 5 cool, 6 pick two): one,
+            a list, or None for all six.
+        tasks_per_level: tasks of each selected type (the first ones in index order); None
+            (default) keeps the split's default set (600 / 240 / 240 generated tasks over all
+            types, every game of a real dataset).
+        task_types: the same selection as ``level`` by names (or ids); pass one of the two.
         data_dir: a real ALFWorld data root (holding ``json_2.1.1/``) or a split folder.
         cache_dir: where generated tasks are written (default :func:`default_cache_dir`).
-        n_tasks: how many generated tasks the split has (default 600 / 240 / 240).
+        n_tasks: deprecated (use ``tasks_per_level``): generated tasks of the split over all
+            types, before the type filter.
         oracle: ``"model"`` (exact shortest plans; Fast Downward where a game does not fit the
             model), ``"planner"`` (Fast Downward's plan) or ``"handcoded"`` (alfworld's expert).
             ``cost_to_go`` always comes from the model (or the planner as fallback).
@@ -98,6 +103,8 @@ class AlfWorldEnv(TextAgentEnv):
         self,
         *,
         split: str = "train",
+        level: int | Sequence[int] | None = None,
+        tasks_per_level: int | None = None,
         task_types: Sequence[int | str] | None = None,
         data_dir: str | os.PathLike | None = None,
         cache_dir: str | os.PathLike | None = None,
@@ -116,11 +123,27 @@ class AlfWorldEnv(TextAgentEnv):
             raise ValueError(f"split must be one of {generate.SPLITS}, got {split!r}")
         if oracle not in _ORACLES:
             raise ValueError(f"oracle must be one of {_ORACLES}, got {oracle!r}")
-        if n_tasks is not None and (
-            not isinstance(n_tasks, (int, np.integer)) or isinstance(n_tasks, bool) or n_tasks < 1
-        ):
-            raise ValueError(f"n_tasks must be a positive int, got {n_tasks!r}")
+        if n_tasks is not None:
+            warnings.warn(
+                "AlfWorldEnv(n_tasks=...) is deprecated; use tasks_per_level= (tasks per type)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            n_tasks = check_int("n_tasks", n_tasks, lo=1)
+            if tasks_per_level is not None:
+                raise ValueError(
+                    f"pass tasks_per_level= or the deprecated n_tasks=, not both "
+                    f"(n_tasks={n_tasks!r}, tasks_per_level={tasks_per_level!r})"
+                )
+        if tasks_per_level is not None:
+            tasks_per_level = check_int("tasks_per_level", tasks_per_level, lo=1)
         names = list(generate.TASK_TYPES.values())
+        if level is not None:
+            if task_types is not None:
+                raise ValueError(
+                    f"pass level= (task type ids) or task_types=, not both (level={level!r})"
+                )
+            task_types = check_levels(level, tuple(generate.TASK_TYPES))
         if task_types is None:
             wanted = names
         else:
@@ -141,7 +164,8 @@ class AlfWorldEnv(TextAgentEnv):
         self.oracle_kind = oracle
         # Per game (set at each load): True when the exact model plays this game's oracle.
         self.oracle_exact = False
-        self._n_tasks = int(n_tasks) if n_tasks is not None else generate.DEFAULT_TASKS[split]
+        self.tasks_per_level = tasks_per_level
+        self._n_tasks = n_tasks
         self._split_dir: Path | None = None
         if data_dir is not None:
             self._split_dir = self._find_split(Path(data_dir).expanduser(), split, explicit=True)
@@ -150,9 +174,7 @@ class AlfWorldEnv(TextAgentEnv):
                 Path(os.environ["ALFWORLD_DATA"]).expanduser(), split, explicit=False
             )
         self.source = "generated" if self._split_dir is None else "real"
-        self.cache_dir = (
-            Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-        )
+        self.cache_dir = cache_root("alfworld", cache_dir)
         self._ids: list[str] | None = None
         self._paths: dict[str, str] = {}
         self._specs: dict[str, generate.TaskSpec] = {}
@@ -189,17 +211,28 @@ class AlfWorldEnv(TextAgentEnv):
                         f"under {str(self._split_dir)!r}"
                     )
                 ids = []
+                taken: dict[str, int] = {}
                 for game in games:
+                    # <split>/<task_type>-<object>-...-<scene>/<trial>/game.tw-pddl
+                    kind = Path(game).parent.parent.name.split("-")[0]
+                    taken[kind] = taken.get(kind, 0) + 1
+                    if self.tasks_per_level is not None and taken[kind] > self.tasks_per_level:
+                        continue
                     tid = f"{self.split}/" + os.path.relpath(os.path.dirname(game), self._split_dir)
                     ids.append(tid)
                     self._paths[tid] = game
                 self._ids = ids
             else:
-                specs = [
-                    s
-                    for s in generate.task_specs(self.split, self._n_tasks)
-                    if s.task_type in self.task_types
-                ]
+                if self._n_tasks is not None:  # the deprecated count over all types
+                    specs = [
+                        s
+                        for s in generate.task_specs(self.split, self._n_tasks)
+                        if s.task_type in self.task_types
+                    ]
+                else:
+                    specs = list(
+                        generate.select_specs(self.split, self.task_types, self.tasks_per_level)
+                    )
                 self._specs = {s.task_id: s for s in specs}
                 self._ids = [s.task_id for s in specs]
         return self._ids

@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_TASKS",
     "TaskSpec",
     "task_specs",
+    "select_specs",
     "build_spec",
     "write_task",
     "GENERATOR_VERSION",
@@ -384,6 +385,36 @@ def task_specs(split: str, n: int) -> tuple[TaskSpec, ...]:
         if index > 20 * n + 100:
             raise RuntimeError(f"the generator could not build {n} tasks for split {split!r}")
     return tuple(sorted(specs, key=lambda s: (s.n_receptacles, s.index)))
+
+
+def select_specs(
+    split: str, task_types: tuple[str, ...], tasks_per_level: int | None = None
+) -> tuple[TaskSpec, ...]:
+    """The generated tasks of ``split`` whose type is in ``task_types``.
+
+    ``tasks_per_level=None``: the split's default set (:data:`DEFAULT_TASKS`) filtered by type.
+    Otherwise the first ``tasks_per_level`` tasks of each type in index order (so a larger count
+    extends a smaller one). Either way ordered small scenes first, as :func:`task_specs`.
+    """
+    if tasks_per_level is None:
+        return tuple(
+            s for s in task_specs(split, DEFAULT_TASKS[split]) if s.task_type in task_types
+        )
+    counts = dict.fromkeys(task_types, 0)
+    picked = []
+    index = 0
+    while any(c < tasks_per_level for c in counts.values()):
+        if index > 6 * 20 * tasks_per_level + 600:
+            raise RuntimeError(
+                f"the generator could not build {tasks_per_level} tasks of each of {task_types}"
+            )
+        if TASK_TYPES[1 + index % 6] in counts:  # the type is a function of the index
+            spec = build_spec(split, index)
+            if spec is not None and counts[spec.task_type] < tasks_per_level:
+                counts[spec.task_type] += 1
+                picked.append(spec)
+        index += 1
+    return tuple(sorted(picked, key=lambda s: (s.n_receptacles, s.index)))
 
 
 def problem_text(spec: TaskSpec) -> str:

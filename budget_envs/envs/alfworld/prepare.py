@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Sequence
 
+from budget_envs._util import cache_root, check_int, check_levels
 from budget_envs.envs.alfworld import generate
-from budget_envs.envs.alfworld.env import default_cache_dir
+from budget_envs.registry import PrepareResult, Progress
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["prepare"]
+__all__ = ["prepare", "prepare_hook"]
 
 
 def prepare(
@@ -27,19 +27,31 @@ def prepare(
     progress: Callable[[int, int], None] | None = None,
     *,
     warm: bool = False,
+    level: int | Sequence[int] | None = None,
+    tasks_per_level: int | None = None,
 ) -> list[str]:
-    """Write the first ``n`` generated tasks of ``split``; returns their game file paths.
+    """Write generated tasks of ``split``; returns their game file paths.
 
-    ``progress(done, total)`` is called after each task (the CLI draws its progress bar with it).
+    Either the first ``n`` tasks of the split (over all types), or, with ``level`` and/or
+    ``tasks_per_level``, the tasks ``AlfWorldEnv(split=split, level=level,
+    tasks_per_level=tasks_per_level)`` plays. ``progress(done, total)`` is called after each
+    task (the CLI draws its progress bar with it).
     """
     if split not in generate.SPLITS:
         raise ValueError(f"split must be one of {generate.SPLITS}, got {split!r}")
-    n = generate.DEFAULT_TASKS[split] if n is None else n
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    root = root / generate.GENERATOR_VERSION
-    specs = generate.task_specs(split, n)
+    if level is not None or tasks_per_level is not None:
+        if n is not None:
+            raise ValueError(f"pass n= or level=/tasks_per_level=, not both (n={n!r})")
+        kinds = check_levels(level, tuple(generate.TASK_TYPES))
+        if tasks_per_level is not None:
+            tasks_per_level = check_int("tasks_per_level", tasks_per_level, lo=1)
+        specs = generate.select_specs(
+            split, tuple(generate.TASK_TYPES[k] for k in kinds), tasks_per_level
+        )
+    else:
+        n = check_int("n", generate.DEFAULT_TASKS[split] if n is None else n, lo=1)
+        specs = generate.task_specs(split, n)
+    root = cache_root("alfworld", cache_dir) / generate.GENERATOR_VERSION
     engine = None
     if warm:
         from budget_envs.envs.alfworld.engine import AlfredEngine  # noqa: PLC0415
@@ -64,3 +76,48 @@ def prepare(
             progress(i, len(specs))
     logger.info("prepared %d %s tasks under %s", len(paths), split, root)
     return paths
+
+
+def prepare_hook(
+    *,
+    progress: Progress | None = None,
+    split: str = "all",
+    level: Sequence[int] | None = None,
+    tasks_per_level: int | None = None,
+    cache_dir: str | None = None,
+    warm: bool = False,
+) -> PrepareResult:
+    """Write generated ALFWorld tasks into the cache (the family's prepare hook).
+
+    Args:
+        split: train, valid_seen, valid_unseen or all.
+        level: task type ids 1-6 (default: all six).
+        tasks_per_level: tasks of each type (default: the split's default set).
+        cache_dir: where tasks are written (default: $BUDGET_ENVS_CACHE/alfworld or the user cache).
+        warm: also load and solve every game (checks it end to end; about 0.2-1 s a game).
+    """
+    splits = generate.SPLITS if split == "all" else (split,)
+    if split != "all" and split not in generate.SPLITS:
+        raise ValueError(f"split must be one of {generate.SPLITS + ('all',)}, got {split!r}")
+    options = {}
+    if level is not None or tasks_per_level is not None:
+        options = {
+            "level": None if level is None else list(level),
+            "tasks_per_level": tasks_per_level,
+        }
+    done = 0
+    paths: list[str] = []
+    for name in splits:
+
+        def report(i: int, total: int, name: str = name, base: int = done) -> None:
+            if progress is not None:
+                progress(base + i, base + total, name)
+
+        made = prepare(name, None, cache_dir, report, warm=warm, **options)
+        paths += made
+        done += len(made)
+    return PrepareResult(
+        ready=len(paths),
+        total=len(paths),
+        location=str(cache_root("alfworld", cache_dir) / generate.GENERATOR_VERSION),
+    )

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-from gymnasium.error import DependencyNotInstalled
 
+from budget_envs._util import check_int, check_levels, check_seeds, import_optional
 from budget_envs.core import InvalidAction, TextAgentEnv
 from budget_envs.envs.textworld import generate as gen
 from budget_envs.envs.textworld.oracle import LIVE, UNREACHABLE, QuestRules, StateGraph
@@ -61,13 +61,7 @@ _GRAPH_CACHE_SIZE = 16
 
 
 def _import_textworld():
-    try:
-        import textworld
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise DependencyNotInstalled(
-            'TextWorld envs need textworld: pip install "budget-envs[textworld]"'
-        ) from exc
-    return textworld
+    return import_optional("textworld", extra="textworld", what="TextWorld envs")
 
 
 def _read_verdict(path: str) -> dict | None:
@@ -139,7 +133,9 @@ class TextWorldEnv(TextAgentEnv):
     Args:
         level: one level or a list of levels (see :func:`.generate.valid_levels`); default: the
             family's graded set (a few turns up to 40+).
-        seeds: games per level (seeds ``0..n-1``) or an explicit list of seeds.
+        tasks_per_level: games per level (seeds ``0..n-1``; default 10).
+        seeds: an explicit list of seeds instead of ``tasks_per_level`` (a count here is
+            deprecated: it means ``tasks_per_level``).
         game_files: play these ``.z8`` files (each with its ``.json`` beside it) instead.
         cache_dir: where generated games are kept (default: ``$BUDGET_ENVS_CACHE/textworld`` or
             the user cache dir); games are made the first time they are played.
@@ -163,7 +159,8 @@ class TextWorldEnv(TextAgentEnv):
         self,
         *,
         level: int | Sequence[int] | None = None,
-        seeds: int | Sequence[int] = 10,
+        tasks_per_level: int | None = None,
+        seeds: Sequence[int] | None = None,
         game_files: Sequence[str | os.PathLike] | None = None,
         cache_dir: str | os.PathLike | None = None,
         generation_timeout: float = 300.0,
@@ -199,7 +196,7 @@ class TextWorldEnv(TextAgentEnv):
                 raise ValueError(f"pass either level= or game_files=, not both (level={level!r})")
             self._ids = self._file_tasks(game_files)
         else:
-            self._ids = self._generated_tasks(level, seeds)
+            self._ids = self._generated_tasks(level, self._seed_list(tasks_per_level, seeds))
         #: Whether the oracle of the current game is exact (set at every load).
         self.oracle_exact = False
         self._tw = None
@@ -213,44 +210,46 @@ class TextWorldEnv(TextAgentEnv):
         self._max_score = 1
 
     # ------------------------------------------------------------------ tasks
-    def _generated_tasks(self, level: Any, seeds: Any) -> list[str]:
-        if level is None:
-            levels = list(gen.family_levels(self.family))
-        elif isinstance(level, (list, tuple)):
-            levels = list(level)
-        else:
-            levels = [level]
-        if not levels:
-            raise ValueError(f"level must name at least one level, got {level!r}")
-        levels = [int(lv) if isinstance(lv, np.integer) else lv for lv in levels]
+    @staticmethod
+    def _seed_list(tasks_per_level: Any, seeds: Any) -> tuple[int, ...]:
+        if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+            warnings.warn(
+                "seeds=<count> is deprecated; use tasks_per_level= (seeds= takes a list of seeds)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            if tasks_per_level is not None:
+                raise ValueError(
+                    f"pass tasks_per_level= or seeds=, not both (seeds={seeds!r}, "
+                    f"tasks_per_level={tasks_per_level!r})"
+                )
+            tasks_per_level, seeds = seeds, None
+        if seeds is not None:
+            if tasks_per_level is not None:
+                raise ValueError(
+                    f"pass tasks_per_level= or seeds=, not both (seeds={seeds!r}, "
+                    f"tasks_per_level={tasks_per_level!r})"
+                )
+            return check_seeds("seeds", seeds)
+        count = 10 if tasks_per_level is None else tasks_per_level
+        return tuple(range(check_int("tasks_per_level", count, lo=1)))
+
+    def _generated_tasks(self, level: Any, seed_list: tuple[int, ...]) -> list[str]:
+        valid = gen.valid_levels(self.family)
+        levels = (
+            gen.family_levels(self.family)
+            if level is None
+            else check_levels(level, tuple(valid), name="level")
+        )
         for lv in levels:
             gen.level_settings(self.family, lv)  # raises ValueError on a bad level
-        if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
-            if seeds < 1:
-                raise ValueError(f"seeds must be a positive count or a list of ints, got {seeds!r}")
-            seed_list = list(range(int(seeds)))
-        elif (
-            isinstance(seeds, (list, tuple))
-            and seeds
-            and all(
-                isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 0
-                for s in seeds
-            )
-        ):
-            seed_list = [int(s) for s in seeds]
-        else:
-            raise ValueError(
-                f"seeds must be a positive count or a list of ints >= 0, got {seeds!r}"
-            )
         ids = []
         for lv in levels:
             for s in seed_list:
                 spec = gen.GameSpec(self.family, lv, s)
                 task = f"{self.family}-L{lv}-s{s}"
                 if task in self._specs:
-                    raise ValueError(
-                        f"duplicate task {task!r} from level={level!r}, seeds={seeds!r}"
-                    )
+                    raise ValueError(f"duplicate task {task!r} from level={level!r}")
                 self._specs[task] = spec
                 ids.append(task)
         return ids

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from budget_envs import _util
+
 __all__ = [
     "CACHE_ENV_VAR",
     "FAMILIES",
@@ -37,7 +39,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: Environment variable naming the suite's cache root (the family uses ``<root>/textworld``).
-CACHE_ENV_VAR = "BUDGET_ENVS_CACHE"
+CACHE_ENV_VAR = _util.CACHE_ENV_VAR
 #: Bumped whenever the settings tables or the worker change what a (family, level, seed) means.
 GENERATOR_VERSION = 3
 #: Attempts per task: a seed the generator cannot use moves on to a derived seed, deterministically.
@@ -123,16 +125,9 @@ def _check_family(family: str) -> None:
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
-    """Where generated games live: ``cache_dir``, else ``$BUDGET_ENVS_CACHE/textworld``, else the
-    user cache dir (``$XDG_CACHE_HOME`` or ``~/.cache``) ``/budget-envs/textworld``. Not created."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    root = os.environ.get(CACHE_ENV_VAR)
-    if root:
-        return Path(root).expanduser() / "textworld"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "budget-envs" / "textworld"
+    """Where generated games live: the suite's cache rule for ``textworld``
+    (:func:`budget_envs._util.cache_root`). Not created."""
+    return _util.cache_root("textworld", cache_dir)
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from budget_envs._util import check_int, check_seeds
 from budget_envs.envs.textworld import generate as gen
+from budget_envs.registry import PrepareResult, Progress
 
-__all__ = ["PreparedGame", "prepare"]
+__all__ = ["PreparedGame", "prepare", "prepare_hook"]
 
 #: Names accepted for ``family`` besides the generator's own (the env ids' spelling).
 _ALIASES = {
@@ -66,13 +68,11 @@ def prepare(
     envs play by default) or a list. ``progress(done, total, record)`` is called after each game.
     Failures are recorded, not raised, so one bad seed does not stop a long run.
     """
-    if isinstance(seeds, bool) or not isinstance(seeds, (int, list, tuple)):
-        raise TypeError(f"seeds must be a count or a list of ints, got {seeds!r}")
-    seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
-    if not seed_list:
-        raise ValueError(f"seeds must name at least one seed, got {seeds!r}")
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
+    if isinstance(seeds, (list, tuple)):
+        seed_list = list(check_seeds("seeds", seeds))
+    else:
+        seed_list = list(range(check_int("seeds", seeds, lo=1)))
+    jobs = check_int("jobs", jobs, lo=1)
     specs = []
     for fam in _families(family):
         fam_levels = gen.family_levels(fam) if levels is None else list(levels)
@@ -98,3 +98,50 @@ def prepare(
             if progress is not None:
                 progress(len(results), len(specs), record)
     return results
+
+
+def prepare_hook(
+    *,
+    progress: Progress | None = None,
+    family: str = "all",
+    levels: Sequence[int] | None = None,
+    tasks_per_level: int = 10,
+    cache_dir: str | None = None,
+    timeout: float = 300.0,
+    jobs: int = 0,
+) -> PrepareResult:
+    """Pre-generate TextWorld games into the cache (the family's prepare hook).
+
+    Args:
+        family: custom, coin_collector, treasure_hunter, cooking or all.
+        levels: the levels to generate (default: each family's graded set).
+        tasks_per_level: games per level (seeds 0..n-1, what the envs play by default).
+        cache_dir: where games are kept (default: $BUDGET_ENVS_CACHE/textworld or the user cache).
+        timeout: seconds allowed per game.
+        jobs: games generated at once (0: one per CPU).
+    """
+    jobs = check_int("jobs", jobs, lo=0)
+
+    def report(done: int, total: int, record: PreparedGame) -> None:
+        if progress is not None:
+            state = "failed" if record.error else ("cached" if record.cached else "made")
+            progress(done, total, f"{record.family} L{record.level} s{record.seed} {state}")
+
+    results = prepare(
+        family,
+        levels,
+        tasks_per_level,
+        cache_dir,
+        report,
+        timeout=timeout,
+        jobs=jobs or max(1, os.cpu_count() or 1),
+    )
+    failures = tuple(
+        f"{r.family} level {r.level} seed {r.seed}: {r.error}" for r in results if r.error
+    )
+    return PrepareResult(
+        ready=len(results) - len(failures),
+        total=len(results),
+        location=str(gen.cache_root(cache_dir)),
+        failures=failures,
+    )

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from budget_envs._util import check_int, check_levels
 from budget_envs.core import InvalidAction, TextAgentEnv
 from budget_envs.envs.tooluse import oracle as orc
 from budget_envs.envs.tooluse.tasks import DECLINE_NOTE, LEVELS, Task, make_task
@@ -59,7 +60,7 @@ class ToolUseEnv(TextAgentEnv):
     """Tool calling over an in-memory SQLite database, with an exact oracle.
 
     Args:
-        level: 1 (3-4 calls) to 5 (about 25-45 calls), or None for every level.
+        level: 1 (3-4 calls) to 5 (about 25-45 calls), a list of levels, or None for every level.
         tasks_per_level: how many task ids each level lists.
         world_seed: the seed of the generated world (customers, orders, products).
         render_mode, max_action_length, max_observation_length: see :class:`TextAgentEnv`.
@@ -78,7 +79,7 @@ class ToolUseEnv(TextAgentEnv):
     def __init__(
         self,
         *,
-        level: int | None = None,
+        level: int | Sequence[int] | None = None,
         tasks_per_level: int = 5000,
         world_seed: int = 0,
         render_mode: str | None = None,
@@ -90,25 +91,9 @@ class ToolUseEnv(TextAgentEnv):
             max_action_length=max_action_length,
             max_observation_length=max_observation_length,
         )
-        if level is not None and (
-            not isinstance(level, (int, np.integer))
-            or isinstance(level, bool)
-            or int(level) not in LEVELS
-        ):
-            raise ValueError(f"level must be one of {sorted(LEVELS)} or None, got {level!r}")
-        for name, value, _hi in (
-            ("tasks_per_level", tasks_per_level, 10**6),
-            ("world_seed", world_seed, 2**32 - 1),
-        ):
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-                raise TypeError(f"{name} must be an int, got {value!r}")
-        if not 1 <= int(tasks_per_level) <= 10**6:
-            raise ValueError(f"tasks_per_level must be in [1, 1000000], got {tasks_per_level!r}")
-        if not 0 <= int(world_seed) < 2**32:
-            raise ValueError(f"world_seed must be in [0, 2**32), got {world_seed!r}")
-        self.level = None if level is None else int(level)
-        self.tasks_per_level = int(tasks_per_level)
-        self.world_seed = int(world_seed)
+        self.levels = check_levels(level, sorted(LEVELS))
+        self.tasks_per_level = check_int("tasks_per_level", tasks_per_level, lo=1, hi=10**6)
+        self.world_seed = check_int("world_seed", world_seed, lo=0, hi=2**32 - 1)
         self._task_list: list[str] | None = None
         self._world: World | None = None
         self._conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
@@ -122,7 +107,7 @@ class ToolUseEnv(TextAgentEnv):
     def task_ids(self) -> Sequence[str]:
         """``"L<level>-<index>"`` for every level selected, ``tasks_per_level`` each."""
         if self._task_list is None:
-            levels = sorted(LEVELS) if self.level is None else [self.level]
+            levels = self.levels
             width = max(5, len(str(self.tasks_per_level - 1)))
             self._task_list = [
                 f"L{lv}-{i:0{width}d}" for lv in levels for i in range(self.tasks_per_level)

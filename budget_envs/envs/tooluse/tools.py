@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from budget_envs._util import tool_call_action
 from budget_envs.core import InvalidAction
 from budget_envs.envs.tooluse.world import PAGE_SIZE, World
 
@@ -316,16 +317,10 @@ def _check_args(tool: Tool, args: dict) -> dict[str, str | None]:
 
 
 def call_json(name: str, args: dict[str, str | None] | tuple) -> str:
-    """The canonical action text of a call (what the oracle emits)."""
-    args = dict(args)
-    return json.dumps(
-        {
-            "tool_calls": [
-                {"name": name, "arguments": {k: v for k, v in args.items() if v is not None}}
-            ]
-        },
-        separators=(",", ":"),
-    )
+    """The canonical action text of a call (what the oracle emits); ``args`` as a dict or as
+    ``(name, value)`` pairs. The text is the suite's one tool-call form
+    (:func:`budget_envs._util.tool_call_action`)."""
+    return tool_call_action(name, dict(args))
 
 
 def parse_money(text: str) -> int | None:

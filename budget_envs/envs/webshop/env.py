@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from budget_envs._util import check_int, check_levels
 from budget_envs.core import InvalidAction, TextAgentEnv
 from budget_envs.envs.webshop.oracle import UNREACHABLE, oracle
 from budget_envs.envs.webshop.scoring import SCORING_MODES
@@ -88,29 +89,10 @@ class WebShopEnv(TextAgentEnv):
             max_action_length=max_action_length,
             max_observation_length=max_observation_length,
         )
-        if level is None:
-            levels = LEVELS
-        elif isinstance(level, (int, np.integer)) and not isinstance(level, bool):
-            levels = (int(level),)
-        elif isinstance(level, (list, tuple)) and level:
-            levels = tuple(level)
-        else:
-            raise ValueError(
-                f"level must be one of {LEVELS}, a list of them or None, got {level!r}"
-            )
-        for lv in levels:
-            if isinstance(lv, bool) or lv not in LEVELS:
-                raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
-        for name, value, lo in (
-            ("tasks_per_level", tasks_per_level, 1),
-            ("num_products", num_products, 1000),
-        ):
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < lo:
-                raise ValueError(f"{name} must be an int >= {lo}, got {value!r}")
-        if tasks_per_level > 10_000:
-            raise ValueError(f"tasks_per_level must be at most 10000, got {tasks_per_level!r}")
-        if not isinstance(catalogue_seed, (int, np.integer)) or isinstance(catalogue_seed, bool):
-            raise TypeError(f"catalogue_seed must be an int, got {catalogue_seed!r}")
+        levels = check_levels(level, LEVELS)
+        tasks_per_level = check_int("tasks_per_level", tasks_per_level, lo=1, hi=10_000)
+        num_products = check_int("num_products", num_products, lo=1000)
+        catalogue_seed = check_int("catalogue_seed", catalogue_seed)
         if scoring not in SCORING_MODES:
             raise ValueError(f"scoring must be one of {SCORING_MODES}, got {scoring!r}")
         if base_url is not None and (

@@ -1,0 +1,55 @@
+"""The shared helpers: one cache rule, one dependency error, one tool-call text."""
+
+from __future__ import annotations
+
+import sys
+
+import gymnasium as gym
+import pytest
+
+from budget_envs import _util
+from budget_envs.envs.alfworld import default_cache_dir
+from budget_envs.envs.textworld import generate as tw_gen
+from budget_envs.envs.tooluse.tools import call_json, parse_action
+
+
+def test_cache_rule_is_the_same_for_every_family(monkeypatch, tmp_path):
+    monkeypatch.setenv("BUDGET_ENVS_CACHE", str(tmp_path / "root"))
+    assert _util.cache_root("x") == tmp_path / "root" / "x"
+    assert default_cache_dir() == tmp_path / "root" / "alfworld"
+    assert tw_gen.cache_root() == tmp_path / "root" / "textworld"
+    monkeypatch.delenv("BUDGET_ENVS_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "budget-envs" / "alfworld"
+    assert tw_gen.cache_root() == tmp_path / "xdg" / "budget-envs" / "textworld"
+    with pytest.raises(ValueError, match="'a/b'"):
+        _util.cache_root("a/b")
+
+
+def test_missing_dependency_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    from budget_envs.eval import report
+
+    with pytest.raises(gym.error.DependencyNotInstalled, match=r"budget-envs\[plots\]"):
+        report._figure_module()
+    with pytest.raises(gym.error.DependencyNotInstalled, match=r"the Ray back end.*\[ray\]"):
+        monkeypatch.setitem(sys.modules, "ray", None)
+        _util.require("ray", extra="ray", what="the Ray back end")
+
+
+def test_one_tool_call_text_for_agents_and_the_oracle():
+    from budget_envs.eval.agents import tool_call_action
+
+    args = {"order_id": "ord_0123abcd", "reason": None}
+    assert tool_call_action("cancel_order", args) == call_json("cancel_order", args)
+    assert call_json("cancel_order", tuple(args.items())) == call_json("cancel_order", args)
+    assert parse_action(tool_call_action("get_order", {"order_id": "ord_0123abcd"})) == (
+        "get_order",
+        {"order_id": "ord_0123abcd"},
+    )
+    two = _util.tool_calls_action([("a", {"x": 1}), ("b", "{broken")])
+    assert (
+        two
+        == '{"tool_calls":[{"name":"a","arguments":{"x":1}},{"name":"b","arguments":"{broken"}]}'
+    )
