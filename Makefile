@@ -39,7 +39,7 @@ lint: setup
 
 # The docs site (mkdocs.yml, docs/); --strict turns a broken link or a page off the nav into an error.
 docs: setup
-	$(BIN)/mkdocs build --strict --quiet --site-dir docs/site
+	$(BIN)/mkdocs build --strict --quiet
 
 # Every installed distribution's requirements are met in the full install.
 pip-check: setup
@@ -52,4 +52,4 @@ bench: setup
 	$(BIN)/python -m pytest benchmarks --benchmark-only -p no:cacheprovider
 
 clean:
-	rm -rf $(VENV) $(DEMO_OUT) .benchmarks docs/site
+	rm -rf $(VENV) $(DEMO_OUT) .benchmarks site

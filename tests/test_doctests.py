@@ -83,3 +83,20 @@ def test_enough_examples_are_executed():
     assert total >= MIN_EXAMPLES, f"only {total} examples ran: {counts}"
     # Examples sit in more than one corner of the package, not all in one module.
     assert sum(1 for n in counts.values() if n) >= 5, counts
+
+
+def test_info_keys_page_lists_exactly_the_documented_keys():
+    """docs/info-keys.md is the user's copy of budget_envs/info.py: same keys, no more, no less."""
+    import re
+
+    from budget_envs.info import ALL_KEYS
+
+    rows = [
+        line
+        for line in (ROOT / "docs" / "info-keys.md").read_text().splitlines()
+        if line.startswith("| `")
+    ]
+    assert rows, "docs/info-keys.md has no key table"
+    listed = [key for row in rows for key in re.findall(r"`([a-z_]+)`", row.split("|")[1])]
+    assert len(listed) == len(set(listed)), listed
+    assert set(listed) == set(ALL_KEYS)
