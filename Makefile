@@ -8,11 +8,11 @@ EXTRAS ?= all
 TORCH ?= torch==2.13.0
 DEMO_OUT ?= demo_out
 
-.PHONY: setup system-deps demo test bench clean
+.PHONY: setup system-deps demo test lint docs pip-check ci bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet --upgrade pip "setuptools>=77.0.3"
 	$(BIN)/pip install --quiet "$(TORCH)"
 	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
 	touch $@
@@ -32,8 +32,24 @@ demo: setup
 test: setup system-deps
 	$(BIN)/python -m pytest -q
 
+# ruff's lint and format rules are in pyproject.toml; CI fails on any finding.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# The docs site (mkdocs.yml, docs/); --strict turns a broken link or a page off the nav into an error.
+docs: setup
+	$(BIN)/mkdocs build --strict --quiet
+
+# Every installed distribution's requirements are met in the full install.
+pip-check: setup
+	$(BIN)/pip check
+
+# What CI runs (.ci/run): habits first (fast), then the tests, then the docs build.
+ci: lint pip-check test docs
+
 bench: setup
 	$(BIN)/python -m pytest benchmarks --benchmark-only -p no:cacheprovider
 
 clean:
-	rm -rf $(VENV) $(DEMO_OUT) .benchmarks
+	rm -rf $(VENV) $(DEMO_OUT) .benchmarks site

@@ -102,10 +102,25 @@ class TextAgentEnv(gym.Env[str, str]):
     ``no_effect_feedback()``, and a native ``_snapshot_state()`` / ``_restore_state()``.
 
     Example:
-        >>> from budget_envs.core import TextAgentEnv  # doctest: +SKIP
-        >>> env = MyFamilyEnv()
+        The contract on a real family: bad input is a turn with feedback, and a snapshot forks the
+        episode.
+
+        >>> from budget_envs.envs.tooluse import ToolUseEnv
+        >>> env = ToolUseEnv(level=1)
         >>> obs, info = env.reset(seed=0)
-        >>> obs, reward, terminated, truncated, info = env.step(info["admissible_actions"][0])
+        >>> sorted(info)
+        ['admissible_actions', 'goal', 'invalid_action', 'lost', 'score', 'task_id', 'tools', 'turn', 'won']
+        >>> obs, reward, terminated, truncated, info = env.step("")
+        >>> obs
+        'Invalid action: the action is empty. Send a command.'
+        >>> info["invalid_action"], terminated, truncated
+        (True, False, False)
+        >>> snap = env.snapshot()
+        >>> first = env.step(env.oracle_actions()[0])[0]
+        >>> env.restore(snap)  # returns the observation of the snapshot's state
+        'Invalid action: the action is empty. Send a command.'
+        >>> env.step(env.oracle_actions()[0])[0] == first
+        True
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}

@@ -160,7 +160,13 @@ def register_envs() -> list[str]:
 
 
 def registered_ids(include_extra: bool = True) -> list[str]:
-    """Product ids in table order, plus rows added with :func:`register_env` (e.g. by tests)."""
+    """Product ids in table order, plus rows added with :func:`register_env` (e.g. by tests).
+
+    Example:
+        >>> from budget_envs.registry import registered_ids
+        >>> "BudgetMix/ToolUse-v0" in registered_ids(include_extra=False)
+        True
+    """
     ids = [entry.id for entry in ENV_TABLE]
     if include_extra:
         ids += [i for i in _ROWS if i not in ids]
@@ -168,7 +174,15 @@ def registered_ids(include_extra: bool = True) -> list[str]:
 
 
 def entry_for(env_id: str) -> EnvEntry:
-    """The table row of ``env_id`` (with a helpful error for unknown ids)."""
+    """The table row of ``env_id`` (with a helpful error for unknown ids).
+
+    Example:
+        >>> from budget_envs.registry import entry_for
+        >>> entry_for("BudgetMix/ToolUse-v0").default_budget
+        40
+        >>> entry_for("BudgetMix/ALFWorld-v0").requires  # the pip extra the family needs
+        'alfworld'
+    """
     for entry in list(ENV_TABLE) + list(_ROWS.values()):
         if entry.id == env_id:
             return entry

@@ -184,10 +184,11 @@ def test_fault_runs_record_the_fault(tmp_path):
         for r in load_records(tmp_path / "f")
         if r["fault_turn"] is None
     }
-    for r in recs:
-        b = base[(r["task_id"], r["sample"])]
-        if r["won"] and b["won"]:
-            assert r["first_success_turn"] == b["first_success_turn"] + 1
+    both_won = [(r, base[(r["task_id"], r["sample"])]) for r in recs]
+    both_won = [(r, b) for r, b in both_won if r["won"] and b["won"]]
+    assert both_won, "no episode won both with and without the fault"
+    for r, b in both_won:
+        assert r["first_success_turn"] == b["first_success_turn"] + 1
 
 
 def test_process_workers_give_identical_records(tmp_path):

@@ -31,27 +31,36 @@ def _exact(env) -> bool:
     return bool(getattr(env.unwrapped, "oracle_exact", False))
 
 
+#: Ids whose first tasks have a heuristic oracle (TextWorld's policy, not a shortest path). Every
+#: other id must give an exact oracle on its first tasks; a new heuristic id is added here.
+HEURISTIC_FIRST_TASKS = {"BudgetMix/TextWorld-Cooking-v0"}
+
+
 @pytest.mark.parametrize("env_id", _exact_ids())
 def test_oracle_trajectory_earns_equal_signal(env_id):
+    """Exact oracle: every turn of its path earns exactly ``scale``; heuristic: the sum telescopes."""
     env = ProcessReward(_make(env_id, budget=200), scale=SCALE)
-    if not _exact(env):
-        return  # a heuristic oracle promises no exact per-turn signal; telescoping is tested below
-    for seed in range(3):
-        obs, info = env.reset(seed=seed)
+    for task in range(2):  # the first tasks: small games, shared with the contract tests
+        obs, info = env.reset(seed=task, options={"task_id": task})
+        # Exactness is known only once the task is loaded (TextWorld and ALFWorld set it per game).
+        assert _exact(env) == (env_id not in HEURISTIC_FIRST_TASKS), (env_id, info["task_id"])
         assert info["process_reward"] == 0.0
         start_cost = env.unwrapped.cost_to_go()
+        assert 0 < start_cost < 200
         signals, rewards = [], []
-        for _ in range(start_cost):
+        terminated = truncated = False
+        while not (terminated or truncated):
             action = env.unwrapped.oracle_actions()[0]
             obs, reward, terminated, truncated, info = env.step(action)
             signals.append(info["process_reward"])
             rewards.append(reward)
-            if terminated or truncated:
-                break
-        assert terminated and info["won"]
-        assert len(signals) == start_cost
-        assert signals == [SCALE] * start_cost  # bit-equal, every turn
-        assert sum(rewards) == pytest.approx(1.0 + SCALE * start_cost)
+        assert terminated and info["won"], (env_id, info["task_id"])
+        # Any winning path: the signals telescope to phi(end) - phi(start) = scale * start cost.
+        assert sum(signals) == pytest.approx(SCALE * start_cost)
+        if _exact(env):
+            assert len(signals) == start_cost
+            assert signals == [SCALE] * start_cost  # bit-equal, every turn
+            assert sum(rewards) == pytest.approx(1.0 + SCALE * start_cost)
 
 
 def _slip_signals(env_id, task_seeds, fault_seeds, at_turns=(1,), **kwargs):
@@ -88,7 +97,9 @@ def _slip_signals(env_id, task_seeds, fault_seeds, at_turns=(1,), **kwargs):
 @pytest.mark.parametrize("env_id", _exact_ids())
 def test_slip_signal_is_minus_the_damage(env_id):
     """A slip injected by ErrorInjection earns scale x (cost before - cost after)."""
-    for signal, before, after in _slip_signals(env_id, task_seeds=range(2), fault_seeds=range(2)):
+    signals = _slip_signals(env_id, task_seeds=range(2), fault_seeds=range(2))
+    assert signals, f"no slip fired on {env_id}'s oracle path"
+    for signal, before, after in signals:
         assert signal == pytest.approx(SCALE * (min(before, 100) - min(after, 100)))
 
 

@@ -38,12 +38,19 @@ class BudgetWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
     ``info["won"]``; the contract says a win always terminates).
 
     Example:
-        >>> import gymnasium as gym, budget_envs  # doctest: +SKIP
+        >>> import gymnasium as gym
+        >>> import budget_envs
+        >>> from budget_envs.wrappers import BudgetWrapper
         >>> env = BudgetWrapper(gym.make("BudgetMix/ToolUse-v0", budget=None), budget=(5, 20),
         ...                     visibility="remaining")
         >>> obs, info = env.reset(seed=0)
-        >>> info["budget"]["limit"] in range(5, 21)
-        True
+        >>> info["budget"]
+        {'limit': 11, 'used': 0, 'remaining': 11}
+        >>> obs.splitlines()[-1]
+        'Turns left: 11 of 11'
+        >>> obs, reward, terminated, truncated, info = env.step("")  # invalid turns count
+        >>> info["invalid_action"], info["budget"]["remaining"]
+        (True, 10)
     """
 
     def __init__(

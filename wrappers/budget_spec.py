@@ -283,7 +283,20 @@ def _parse_string(text: str) -> BudgetSpec:
 
 
 def parse_budget(spec: Any) -> BudgetSpec:
-    """Turn a user's budget (see the module table) into a :class:`BudgetSpec`."""
+    """Turn a user's budget (see the module table) into a :class:`BudgetSpec`.
+
+    Example:
+        >>> from budget_envs.wrappers import parse_budget
+        >>> spec = parse_budget("5..20")  # a range, both ends included, like (5, 20)
+        >>> spec.t_min, spec.t_max
+        (5, 20)
+        >>> parse_budget([8, 32]).pmf()  # a list is a choice
+        {8: 0.5, 32: 0.5}
+        >>> parse_budget({8: 1, 32: 3}).pmf()  # weights
+        {8: 0.25, 32: 0.75}
+        >>> round(parse_budget("log:4..64").pmf()[4], 3)
+        0.08
+    """
     if isinstance(spec, BudgetSpec):
         return spec
     if isinstance(spec, bool):

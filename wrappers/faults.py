@@ -48,7 +48,16 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
     Place it inside the :class:`BudgetWrapper` (``gymnasium.make(id, faults=...)`` does).
 
     Example:
-        >>> env = ErrorInjection(bare_env, kinds={"slip": 2, "drop": 1}, at_turn=3, seed=0)  # doctest: +SKIP
+        >>> from budget_envs.envs.tooluse import ToolUseEnv
+        >>> from budget_envs.wrappers import ErrorInjection
+        >>> env = ErrorInjection(ToolUseEnv(level=1), kinds="drop", at_turn=1, seed=0)
+        >>> obs, info = env.reset(seed=0)
+        >>> obs, reward, terminated, truncated, info = env.step(env.unwrapped.oracle_actions()[0])
+        >>> fault = info["fault"]
+        >>> fault["kind"], fault["turn"], fault["executed"]
+        ('drop', 1, None)
+        >>> fault["cost_after"] == fault["cost_before"]  # nothing ran, nothing was lost
+        True
     """
 
     def __init__(

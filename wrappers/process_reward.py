@@ -30,9 +30,10 @@ class ProcessReward(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
     :class:`ErrorInjection` show up as the damage they did.
 
     Example:
-        >>> import gymnasium as gym, budget_envs  # doctest: +SKIP
+        >>> import gymnasium as gym
+        >>> import budget_envs
         >>> from budget_envs.wrappers import ProcessReward
-        >>> env = ProcessReward(gym.make("BudgetMix/TextWorld-v0", budget=(5, 30)), scale=0.1)
+        >>> env = ProcessReward(gym.make("BudgetMix/ToolUse-v0", level=1), scale=0.1)
         >>> obs, info = env.reset(seed=0)
         >>> obs, reward, terminated, truncated, info = env.step(env.unwrapped.oracle_actions()[0])
         >>> info["process_reward"]

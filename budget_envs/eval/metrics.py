@@ -176,6 +176,11 @@ def bootstrap_pass_at_kt(
 
     Tasks are resampled with replacement ``n_boot`` times from a generator seeded by ``seed``,
     so the interval is reproducible. Each array has shape ``(len(ks), len(ts))``.
+
+    Example:
+        >>> mean, low, high = bootstrap_pass_at_kt([[1, 0], [3, 2], [0, 0]], ks=[1], ts=[3])
+        >>> bool(low[0, 0] <= mean[0, 0] <= high[0, 0]), round(float(mean[0, 0]), 3)
+        (True, 0.5)
     """
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
         raise ValueError(f"n_boot must be a positive int, got {n_boot!r}")

@@ -160,8 +160,10 @@ class BudgetMixRollout:
     functions, ``env_reward`` (the episode's summed reward), ``won``, ``turns`` and ``budget``.
 
     Example:
-        >>> rollout = BudgetMixRollout("BudgetMix/WebShop-v0", budget=(4, 12))  # doctest: +SKIP
-        >>> trainer = GRPOTrainer(model, reward_funcs=env_reward, rollout_func=rollout, ...)
+        Needs a model and a trainer, so this one is not run as a test::
+
+            rollout = BudgetMixRollout("BudgetMix/WebShop-v0", budget=(4, 12))
+            trainer = GRPOTrainer(model, reward_funcs=env_reward, rollout_func=rollout, ...)
     """
 
     def __init__(

@@ -144,10 +144,18 @@ class TextWorldEnv(TextAgentEnv):
             TextWorld's ``policy_commands`` (heuristic) and ``oracle_exact`` is False.
 
     Example:
-        >>> import gymnasium as gym, budget_envs  # doctest: +SKIP
-        >>> env = gym.make("BudgetMix/TextWorld-v0", level=2, budget=20)
+        The first play of a game generates it (a few seconds), later ones load it from the cache.
+
+        >>> import gymnasium as gym
+        >>> import budget_envs
+        >>> env = gym.make("BudgetMix/TextWorld-v0", level=1, seeds=1, budget=20)
         >>> obs, info = env.reset(seed=0)
-        >>> obs, r, terminated, truncated, info = env.step(env.unwrapped.oracle_actions()[0])
+        >>> info["task_id"], env.unwrapped.oracle_exact
+        ('custom-L1-s0', True)
+        >>> while not (info["won"] or info["budget"]["remaining"] == 0):
+        ...     obs, r, terminated, truncated, info = env.step(env.unwrapped.oracle_actions()[0])
+        >>> info["won"], info["score"], info["budget"]["used"]
+        (True, 1.0, 3)
     """
 
     family: ClassVar[str] = "custom"

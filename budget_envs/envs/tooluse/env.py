@@ -69,7 +69,13 @@ class ToolUseEnv(TextAgentEnv):
         >>> from budget_envs.envs.tooluse import ToolUseEnv
         >>> env = ToolUseEnv(level=2)
         >>> obs, info = env.reset(seed=0)
+        >>> info["task_id"], env.cost_to_go()
+        ('L2-04253', 7)
+        >>> env.oracle_actions()[0]
+        '{"tool_calls":[{"name":"find_customer","arguments":{"email":"pia.mensah31@example.com"}}]}'
         >>> obs, reward, terminated, truncated, info = env.step(env.oracle_actions()[0])
+        >>> env.cost_to_go(), reward, info["invalid_action"]
+        (6, 0.0, False)
     """
 
     oracle_exact = True

@@ -59,11 +59,22 @@ class WebShopEnv(TextAgentEnv):
     record in WebShop's field names once bought.
 
     Example:
-        >>> import gymnasium as gym, budget_envs  # doctest: +SKIP
-        >>> env = gym.make("BudgetMix/WebShop-v0", level=1)
+        >>> import gymnasium as gym
+        >>> import budget_envs
+        >>> env = gym.make("BudgetMix/WebShop-v0", level=1)  # starts its own server on loopback
         >>> obs, info = env.reset(seed=0)
         >>> env.unwrapped.base_url
-        'http://127.0.0.1:40123'
+        'http://127.0.0.1:...'
+        >>> info["goal"]
+        'i need a beef jerky that is ready to eat, certified organic, kosher and plant based, and price lower than 30.00 dollars'
+        >>> env.unwrapped.oracle_actions()[0], env.unwrapped.cost_to_go()
+        ('search[mimoo elite plant based beef jerky]', 3)
+        >>> obs, reward, terminated, truncated, info = env.step("search[plant based beef jerky]")
+        >>> obs[:80], info["budget"]
+        ('WebShop [SEP] Instruction: [SEP] i need a beef jerky that is ready to eat, certi', {'limit': 40, 'used': 1, 'remaining': 39})
+        >>> env.step("fly away")[4]["invalid_action"]
+        True
+        >>> env.close()
     """
 
     oracle_exact: ClassVar[bool] = True
