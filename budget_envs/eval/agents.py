@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from budget_envs.errors import AgentError
+
 __all__ = [
     "Agent",
     "AgentError",
@@ -33,13 +35,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-class AgentError(RuntimeError):
-    """The agent could not produce an action (e.g. its endpoint kept failing after retries).
-
-    The runner records the episode as an error, never as a failure of the task.
-    """
 
 
 @runtime_checkable

@@ -26,6 +26,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.error import DependencyNotInstalled
 
+from budget_envs.errors import BudgetExhausted, EpisodeOver
+
 __all__ = [
     "BudgetExhausted",
     "BudgetMixRollout",
@@ -432,14 +434,6 @@ def make_env_like(env: gym.Env) -> gym.Env:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return gym.make(env.spec)
-
-
-class BudgetExhausted(RuntimeError):
-    """A tool call after the turn budget ran out (TRL shows the message as a tool error)."""
-
-
-class EpisodeOver(RuntimeError):
-    """A tool call after the episode ended (won or lost)."""
 
 
 class BudgetMixToolEnv:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from budget_envs.errors import GenerationError, GenerationTimeout
+
 __all__ = [
     "CACHE_ENV_VAR",
     "FAMILIES",
@@ -74,14 +76,6 @@ _DEFAULT_LEVELS = {
     "treasure_hunter": (5, 10, 13, 16, 20),
     "cooking": (1, 2, 3, 4, 5, 6),
 }
-
-
-class GenerationError(RuntimeError):
-    """TextWorld could not make or compile the requested game."""
-
-
-class GenerationTimeout(GenerationError, TimeoutError):
-    """Making a game took longer than the allowed time."""
 
 
 def family_levels(family: str) -> tuple[int, ...]:
