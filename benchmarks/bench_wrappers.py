@@ -31,6 +31,13 @@ class Trivial(gym.Env[str, str]):
     def step(self, action):
         return "ok", 0.0, False, False, {}
 
+    # The fault protocol ErrorInjection checks for; no fault ever fires in these benchmarks.
+    def fault_kinds(self):
+        return ()
+
+    def arm_fault(self, kind, rng=None):
+        pass
+
 
 def _stack(kind: str) -> gym.Env:
     env = Trivial()

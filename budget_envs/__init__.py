@@ -12,10 +12,18 @@ Heavy family dependencies (textworld, alfworld) load only when their env is buil
 
 from __future__ import annotations
 
-from budget_envs.core import InvalidAction, Snapshot, TextAgentEnv
+from budget_envs.core import Snapshot, TextAgentEnv
+from budget_envs.errors import ActionRejected, BudgetEnvsError
 from budget_envs.registry import register_envs
 
-__all__ = ["InvalidAction", "Snapshot", "TextAgentEnv", "register_envs", "__version__"]
+__all__ = [
+    "ActionRejected",
+    "BudgetEnvsError",
+    "Snapshot",
+    "TextAgentEnv",
+    "register_envs",
+    "__version__",
+]
 __version__ = "0.1.0"
 
 register_envs()

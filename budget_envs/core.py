@@ -11,7 +11,12 @@ that must behave the same in every family:
 * bounded observations that always stay inside the observation space;
 * the ``info`` keys of :data:`budget_envs.info.CORE_KEYS`;
 * ``snapshot()`` / ``restore()`` by deterministic prefix replay unless the family has a native one;
-* the fault hooks used by :class:`budget_envs.wrappers.ErrorInjection`.
+* one turn pipeline: every turn, faulty or not, is one ``step`` call. A fault is *armed* first
+  (:meth:`TextAgentEnv.arm_fault`, which :class:`budget_envs.wrappers.ErrorInjection` reaches with
+  ``get_wrapper_attr``); ``step`` then applies it (the generic kinds here, a family's kinds
+  through the one hook ``_fault``), computes reward and ``terminated`` the normal way, records the
+  event for replay and reports the effect in ``info["fault"]``. Every wrapper in between sees an
+  ordinary ``step`` call and an ordinary 5-tuple.
 
 Envs never truncate: turn limits belong to :class:`budget_envs.wrappers.BudgetWrapper`.
 """
@@ -29,11 +34,18 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import error, spaces
 
+from budget_envs.errors import ActionRejected, UnknownFaultKind
+
 __all__ = [
+    "FAULT_EFFECTS",
+    "GENERIC_KINDS",
     "PRINTABLE",
-    "InvalidAction",
+    "UNREACHABLE",
+    "ArmedFault",
+    "FaultOutcome",
     "Snapshot",
     "TextAgentEnv",
+    "garble_text",
     "text_space",
 ]
 
@@ -48,17 +60,86 @@ UNREACHABLE = 10**6
 #: Room left at the end of every observation for lines that wrappers append (the budget line).
 WRAPPER_RESERVE = 256
 
+#: Fault kinds every env offers; a family adds its own through ``fault_kinds()``.
+GENERIC_KINDS: tuple[str, ...] = ("slip", "drop", "garble")
+
+#: What a fault did to its turn (``info["fault"]["effect"]``); docs/faults.md has the table.
+FAULT_EFFECTS: dict[str, str] = {
+    "replaced": "another action ran instead of the agent's",
+    "dropped": "the agent's action did not run; the state is unchanged",
+    "observation": "the agent's action ran as usual; what the agent sees is corrupted, stale, "
+    "late or lost",
+    "world": "the agent's action was handled as usual, then the world changed",
+    "none": "the fault changed nothing (the action was rejected as usual, or nothing applied)",
+}
+
+_WORD = re.compile(r"[A-Za-z]+")
+_LETTERS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)
+
 
 def text_space(max_length: int) -> spaces.Text:
     """A ``Text`` space over :data:`PRINTABLE` that also admits the empty string."""
     return spaces.Text(max_length=max_length, min_length=0, charset=PRINTABLE)
 
 
-class InvalidAction(Exception):
-    """Raised by a family's ``_execute`` to reject an action; the message is the feedback.
+def garble_text(obs: str, rng: np.random.Generator) -> str:
+    """Scramble about a third of the words of ``obs``; layout, length and charset stay the same.
 
-    The family must raise it *before* changing any state, so the turn leaves the state untouched.
+    Example:
+        >>> import numpy as np
+        >>> out = garble_text("You see a key.", np.random.default_rng(0))
+        >>> len(out) == len("You see a key.") and out.endswith(".")
+        True
     """
+    words = list(_WORD.finditer(obs))
+    if not words:
+        return obs
+    hit = rng.random(len(words)) < 0.35
+    if not hit.any():
+        hit[int(rng.integers(len(words)))] = True
+    if not obs.isascii():
+        pieces = list(obs)
+        for match, h in zip(words, hit):
+            if h:
+                letters = _LETTERS[rng.integers(26, size=match.end() - match.start())]
+                pieces[match.start() : match.end()] = list(letters.tobytes().decode())
+        return "".join(pieces)
+    chars = bytearray(obs, "ascii")
+    for match, h in zip(words, hit):
+        if h:
+            letters = _LETTERS[rng.integers(26, size=match.end() - match.start())]
+            chars[match.start() : match.end()] = letters.tobytes()
+    return chars.decode("ascii")
+
+
+@dataclass(frozen=True)
+class ArmedFault:
+    """A fault waiting for the next ``step``: its kind and the generator its draws come from."""
+
+    kind: str
+    rng: np.random.Generator
+
+
+@dataclass(frozen=True)
+class FaultOutcome:
+    """What a fault did on its turn; the family hook ``_fault`` returns one.
+
+    ``step`` turns it into the ordinary 5-tuple: ``observation`` is what the agent sees,
+    ``reward`` the reward the turn earned the normal way (the executed action's reward from
+    ``_execute`` or the family's own scoring), ``invalid`` whether the agent's action was rejected,
+    ``executed`` the action that ran (None when none did) and ``effect`` one of
+    :data:`FAULT_EFFECTS`.
+    """
+
+    observation: str
+    effect: str
+    executed: str | None = None
+    reward: float = 0.0
+    invalid: bool = False
+
+    def __post_init__(self) -> None:
+        if self.effect not in FAULT_EFFECTS:
+            raise ValueError(f"effect must be one of {list(FAULT_EFFECTS)}, got {self.effect!r}")
 
 
 @dataclass(frozen=True)
@@ -94,12 +175,14 @@ class TextAgentEnv(gym.Env[str, str]):
     * ``task_ids`` (property): every task id this env can play, in a fixed order;
     * ``_load(task_id) -> str``: set up the task and return the first observation;
     * ``_execute(action) -> (observation, reward)``: apply a validated action; raise
-      :class:`InvalidAction` (before any change) to reject it; set ``self.won`` / ``self.lost``;
+      :class:`~budget_envs.errors.ActionRejected` (before any change) to reject it; set
+      ``self.won`` / ``self.lost``;
     * ``_goal() -> str`` and ``_admissible() -> list[str]``;
     * ``oracle_actions()`` and ``cost_to_go()``; set the class attribute ``oracle_exact``.
 
-    Optional: ``_extra_info()``, ``fault_kinds()`` with ``_inject_fault()``, ``slip_action()``,
-    ``no_effect_feedback()``, and a native ``_snapshot_state()`` / ``_restore_state()``.
+    Optional: ``_extra_info()``, ``fault_kinds()`` with the one fault hook ``_fault()``,
+    ``slip_action()``, ``no_effect_feedback()``, and a native ``_snapshot_state()`` /
+    ``_restore_state()``.
 
     Example:
         The contract on a real family: bad input is a turn with feedback, and a snapshot forks the
@@ -177,7 +260,7 @@ class TextAgentEnv(gym.Env[str, str]):
         self.turn = 0
         self.won = False
         self.lost = False
-        self.fault_executed_action: str | None = None
+        self._armed: ArmedFault | None = None
 
     # ------------------------------------------------------------------ hooks for families
     @property
@@ -217,34 +300,53 @@ class TextAgentEnv(gym.Env[str, str]):
 
     # ------------------------------------------------------------------ faults
     def fault_kinds(self) -> tuple[str, ...]:
-        """Names of this family's own fault kinds (the generic ones live in ErrorInjection)."""
+        """Names of this family's own fault kinds (the generic ones are :data:`GENERIC_KINDS`)."""
         return ()
 
-    def inject_fault(self, kind: str, rng: np.random.Generator, action: str | None = None) -> str:
-        """Apply the family fault ``kind`` on this turn and return the observation the agent sees.
+    def arm_fault(self, kind: str | None, rng: np.random.Generator | None = None) -> None:
+        """Make the next :meth:`step` a faulty turn of ``kind`` whose draws come from ``rng``.
 
-        ``action`` is the agent's action of this turn; the family decides whether it still runs
-        (``stale_read`` runs it and serves an old result; ``tool_error`` does not). Draws come from
-        ``rng`` only, so the fault replays exactly. The fault takes the turn (``info["turn"]``
-        advances); a family that still runs ``action`` sets ``self.fault_executed_action`` to it.
+        The armed fault is used up by the next ``step`` (and dropped by ``reset``); ``kind=None``
+        disarms. A fault armed on a finished episode does nothing: that turn is the usual
+        "episode is over" turn and carries no ``info["fault"]``.
         """
-        self._require_reset()
-        if kind not in self.fault_kinds():
-            raise ValueError(
+        if kind is None:
+            self._armed = None
+            return
+        kinds = GENERIC_KINDS + tuple(self.fault_kinds())
+        if kind not in kinds:
+            raise UnknownFaultKind(
                 f"unknown fault kind {kind!r} for {type(self).__name__}; "
-                f"expected one of {list(self.fault_kinds())}"
+                f"expected one of {list(kinds)}"
             )
-        rng_state = copy.deepcopy(rng.bit_generator.state)
-        self.fault_executed_action = None
-        obs = self._inject_fault(kind, rng, action)
-        self._trace.append(("fault", kind, rng_state, action))
-        self.turn += 1
-        self._done = self.won or self.lost
-        self._last_obs = self._finish_obs(obs)
-        return self._last_obs
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"arm_fault() needs a numpy Generator as rng, got {rng!r}")
+        self._armed = ArmedFault(kind, rng)
 
-    def _inject_fault(self, kind: str, rng: np.random.Generator, action: str | None) -> str:
-        raise NotImplementedError
+    def _fault(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
+        """The family hook: apply the family fault ``kind`` on a turn whose agent action is
+        ``action`` and say what happened. Draw only from ``rng`` (the fault then replays exactly);
+        run the agent's action, when the kind lets it run, through :meth:`_attempt`."""
+        raise NotImplementedError(
+            f"{type(self).__name__} lists the fault kind {kind!r} but implements no _fault()"
+        )
+
+    def _apply_fault(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
+        """The generic kinds, then the family hook (also used to replay a fault in restore)."""
+        if kind == "slip":
+            other = self.slip_action(action, rng)
+            if other is None:
+                return FaultOutcome(self.no_effect_feedback(), "dropped")
+            obs, reward, invalid = self._attempt(other)
+            return FaultOutcome(obs, "replaced", None if invalid else other, reward, invalid)
+        if kind == "drop":
+            return FaultOutcome(self.no_effect_feedback(), "dropped")
+        if kind == "garble":
+            obs, reward, invalid = self._attempt(action)
+            return FaultOutcome(
+                garble_text(obs, rng), "observation", None if invalid else action, reward, invalid
+            )
+        return self._fault(kind, rng, action)
 
     def slip_action(self, action: str, rng: np.random.Generator) -> str | None:
         """A different valid action executed instead of ``action`` (generic ``slip`` fault)."""
@@ -257,47 +359,69 @@ class TextAgentEnv(gym.Env[str, str]):
         """What the env says when an action has no effect (generic ``drop`` fault)."""
         return "Nothing happens."
 
-    def skip_turn(self, feedback: str | None = None) -> tuple[str, float, bool, bool, dict]:
-        """A turn in which nothing is executed (the ``drop`` fault): the state is unchanged."""
-        self._require_reset()
-        self.turn += 1
-        obs = self._finish_obs(self.no_effect_feedback() if feedback is None else feedback)
-        self._last_obs = obs
-        return obs, 0.0, self._done, False, self.current_info()
-
     # ------------------------------------------------------------------ Gymnasium API
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         """Start a task: ``options["task_id"]`` (index or id) picks it, otherwise the seed does."""
         super().reset(seed=seed)
+        self._armed = None
         task_id = self._resolve_task(options)
         self._reset_rng_state = copy.deepcopy(self.np_random.bit_generator.state)
         self._start(task_id)
         return self._last_obs, self.current_info()
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """Play one turn. Bad input is a turn with feedback, never an exception."""
+        """Play one turn, faulty if a fault is armed. Bad input is a turn, never an exception.
+
+        The one place a turn happens: the plain path runs ``action`` through :meth:`_attempt`;
+        an armed fault runs through the generic kinds or the family hook ``_fault``. Either way
+        the bookkeeping (turn count, replay trace, ``terminated``, observation bounds, ``info``)
+        is the same, and a faulty turn adds ``info["fault"]`` = ``{"kind", "action", "executed",
+        "effect"}``.
+        """
         self._require_reset()
+        armed, self._armed = self._armed, None
+        outcome: FaultOutcome | None = None
+        if armed is not None and not self._done:
+            rng_state = copy.deepcopy(armed.rng.bit_generator.state)
+            outcome = self._apply_fault(armed.kind, armed.rng, action)
+            self._trace.append(("fault", armed.kind, rng_state, action))
+            obs, reward, invalid = outcome.observation, outcome.reward, outcome.invalid
+        else:
+            obs, reward, invalid = self._attempt(action)
+            if not invalid:
+                self._trace.append(("step", action))
+        self.turn += 1
+        self._done = self.won or self.lost
+        self._last_obs = self._finish_obs(obs)
+        info = self.current_info(invalid=invalid)
+        if outcome is not None:
+            info["fault"] = {
+                "kind": armed.kind,
+                "action": action if isinstance(action, str) else repr(action),
+                "executed": outcome.executed,
+                "effect": outcome.effect,
+            }
+        return self._last_obs, float(reward), self._done, False, info
+
+    def _attempt(self, action: Any) -> tuple[str, float, bool]:
+        """Check and execute ``action`` as an ordinary turn would: ``(obs, reward, invalid)``.
+
+        No bookkeeping (the caller counts the turn); a rejected action leaves the state
+        untouched and its feedback is the observation.
+        """
         problem = self.check_action(action)
         if problem is None and self._done:
             problem = "The episode is over; no further action has any effect. Call reset()."
         if problem is None:
             try:
                 obs, reward = self._execute(action)
-            except InvalidAction as exc:
+            except ActionRejected as exc:
                 problem = str(exc) or "That action is not valid here."
             else:
-                self._trace.append(("step", action))
-                self.turn += 1
-                self._done = self.won or self.lost
-                self._last_obs = self._finish_obs(obs)
-                info = self.current_info()
-                return self._last_obs, float(reward), self._done, False, info
-        self.turn += 1
-        obs = self._last_obs = self._finish_obs(problem)
-        info = self.current_info(invalid=True)
-        return obs, 0.0, self._done, False, info
+                return obs, float(reward), False
+        return problem, 0.0, True
 
     def render(self) -> str | None:
         """``ansi``: the last observation."""
@@ -354,7 +478,8 @@ class TextAgentEnv(gym.Env[str, str]):
 
     @property
     def trace(self) -> tuple:
-        """Every state-changing event since reset: ``("step", a)`` or ``("fault", kind, rng, a)``."""
+        """Every state-changing event since reset: ``("step", a)`` or ``("fault", kind, rng, a)``
+        (``rng`` is the fault generator's state before the fault drew from it)."""
         return tuple(self._trace)
 
     def _finish_obs(self, obs: str) -> str:
@@ -448,7 +573,7 @@ class TextAgentEnv(gym.Env[str, str]):
                     self._execute(event[1])
                 else:
                     _, kind, rng_state, action = event
-                    self._inject_fault(kind, _rng_from_state(rng_state), action)
+                    self._apply_fault(kind, _rng_from_state(rng_state), action)
                 self._done = self.won or self.lost
         self._trace = list(snap.trace)
         self._done = snap.done

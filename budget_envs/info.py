@@ -33,8 +33,11 @@ WRAPPER_KEYS: dict[str, str] = {
     "every reset and step).",
     "episode_summary": 'dict {"limit", "used", "won", "first_success_turn"}: on the step that ends '
     "the episode (terminated or truncated) (BudgetWrapper).",
-    "fault": 'dict {"kind", "turn", "action", "executed", "cost_before", "cost_after"}: on a turn '
-    "where a fault was injected (ErrorInjection).",
+    "fault": 'dict on a faulty turn only. The env\'s step sets {"kind", "action", "executed", '
+    '"effect"}: the kind, the agent\'s action, the action that ran (None when none did) and what '
+    "the fault did (one of ``budget_envs.core.FAULT_EFFECTS``: replaced, dropped, observation, "
+    'world, none); ErrorInjection adds "turn" (1-based), "cost_before" and "cost_after" (the '
+    "oracle's cost-to-go around the fault, None without an oracle). See docs/faults.md.",
     "faults": "tuple[dict]: every fault of this episode so far (ErrorInjection, every reset and step).",
     "process_reward": "float: the potential-based progress signal of this turn (ProcessReward).",
 }

@@ -10,6 +10,7 @@ import pytest
 from toy_env import ToyEnv
 
 from budget_envs.core import Snapshot, TextAgentEnv
+from budget_envs.errors import UnknownFaultKind
 
 
 class Chatty(ToyEnv):
@@ -96,8 +97,10 @@ def test_restore_into_a_fresh_env():
 def test_unknown_family_fault_kind():
     env = ToyEnv()
     env.reset(seed=0)
-    with pytest.raises(ValueError, match="'quake'"):
-        env.inject_fault("quake", env.np_random)
+    with pytest.raises(UnknownFaultKind, match="'quake'"):
+        env.arm_fault("quake", env.np_random)
+    with pytest.raises(ValueError, match="'quake'"):  # also a ValueError, as before
+        env.arm_fault("quake", env.np_random)
 
 
 def test_import_is_light_and_silent(tmp_path):

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from budget_envs.core import UNREACHABLE
 from budget_envs.envs.textworld import CoinCollectorEnv, CookingEnv, TextWorldEnv, TreasureHunterEnv
 from budget_envs.envs.textworld import generate as gen
 from budget_envs.envs.textworld.env import clean_intro, clean_text, meta_verb
-from budget_envs.envs.textworld.oracle import UNREACHABLE
 from budget_envs.envs.textworld.prepare import prepare
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -332,8 +332,9 @@ def test_perturb_moves_the_player_and_drops_an_object(cache):
     env.reset(seed=0)
     env.step(env.oracle_actions()[0])  # picks up the key
     before = env.cost_to_go()
-    obs = env.inject_fault("perturb", np.random.default_rng(0), "look")
-    assert env.fault_executed_action == "look"
+    env.arm_fault("perturb", np.random.default_rng(0))
+    obs, _, _, _, info = env.step("look")
+    assert info["fault"]["executed"] == "look" and info["fault"]["effect"] == "world"
     assert "You drop" in obs and "stumble" in obs
     assert env.cost_to_go() > before
     snap = env.snapshot()

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from budget_envs.wrappers import ErrorInjection
 
+from budget_envs.core import UNREACHABLE
 from budget_envs.envs.tooluse import ToolUseEnv
 from budget_envs.envs.tooluse import oracle as orc
 from budget_envs.envs.tooluse.tasks import make_task
@@ -212,7 +213,7 @@ def test_database_verdict_equals_whole_database_comparison():
         assert not env._db_matches_gold()
         *_, terminated, _, info = env.step(call_json("submit", {"answer": "0.00"}))
         assert terminated and info["lost"] and not info["won"]
-        assert env.cost_to_go() == orc.UNREACHABLE and env.oracle_actions() == []
+        assert env.cost_to_go() == UNREACHABLE and env.oracle_actions() == []
 
 
 def test_wrong_answer_loses_even_with_the_gold_database():
@@ -273,7 +274,7 @@ def test_wrong_irreversible_write_loses_the_episode():
         obs, reward, terminated, truncated, info = env.step(act)
         assert '"ok":true' in obs
         assert terminated and info["lost"] and not info["won"] and reward == 0.0
-        assert env.cost_to_go() == orc.UNREACHABLE and env.oracle_actions() == []
+        assert env.cost_to_go() == UNREACHABLE and env.oracle_actions() == []
         lost += 1
     assert lost >= 5
 
@@ -500,10 +501,11 @@ def test_tool_error_changes_nothing():
     env.step(env.oracle_actions()[0])
     before, cost = _state(env), env.cost_to_go()
     act = env.oracle_actions()[0]
-    obs = env.inject_fault("tool_error", np.random.default_rng(0), act)
+    env.arm_fault("tool_error", np.random.default_rng(0))
+    obs, _, _, _, info = env.step(act)
     assert obs.startswith("Error:") and "transient" in obs
     assert _state(env) == before and env.cost_to_go() == cost
-    assert env.fault_executed_action is None
+    assert info["fault"]["executed"] is None and info["fault"]["effect"] == "dropped"
 
 
 def test_tool_timeout_runs_writes_but_hides_every_result():
@@ -511,7 +513,8 @@ def test_tool_timeout_runs_writes_but_hides_every_result():
     env.reset(options={"task_id": 4})
     read = env.oracle_actions()[0]
     before = _state(env)
-    obs = env.inject_fault("tool_timeout", np.random.default_rng(0), read)
+    env.arm_fault("tool_timeout", np.random.default_rng(0))
+    obs = env.step(read)[0]
     assert "timed out" in obs and _state(env) == before
     while not any(
         json.loads(a)["tool_calls"][0]["name"] not in READ_TOOLS for a in env.oracle_actions()
@@ -521,8 +524,9 @@ def test_tool_timeout_runs_writes_but_hides_every_result():
         a for a in env.oracle_actions() if json.loads(a)["tool_calls"][0]["name"] not in READ_TOOLS
     )
     cost = env.cost_to_go()
-    obs = env.inject_fault("tool_timeout", np.random.default_rng(0), write)
-    assert "timed out" in obs and env.fault_executed_action == write
+    env.arm_fault("tool_timeout", np.random.default_rng(0))
+    obs, _, _, _, info = env.step(write)
+    assert "timed out" in obs and info["fault"]["executed"] == write
     assert env.cost_to_go() == cost - 1 and write not in env.oracle_actions()
 
 
@@ -536,9 +540,8 @@ def test_stale_read_serves_the_start_state_and_still_reveals():
     oid = cancels[0]
     _find_state(env, lambda e: ("status", oid) in e._pr.changed)
     fresh = env.step(call_json("get_order", {"order_id": oid}))[0]
-    stale = env.inject_fault(
-        "stale_read", np.random.default_rng(0), call_json("get_order", {"order_id": oid})
-    )
+    env.arm_fault("stale_read", np.random.default_rng(0))
+    stale = env.step(call_json("get_order", {"order_id": oid}))[0]
     assert json.loads(fresh)["status"] == "cancelled"
     assert json.loads(stale)["status"] == "pending"
     # A stale list page still reveals its orders and cursor.
@@ -549,7 +552,8 @@ def test_stale_read_serves_the_start_state_and_still_reveals():
         "list_orders", {"customer_id": next(c for c in env._pr.revealed if c.startswith("cus"))}
     )
     cost = env.cost_to_go()
-    env.inject_fault("stale_read", np.random.default_rng(0), page)
+    env.arm_fault("stale_read", np.random.default_rng(0))
+    env.step(page)
     assert env.cost_to_go() == cost - 1
 
 
@@ -620,10 +624,9 @@ def tooluse_transcript(seed: int, level: int | None = None) -> list[str]:
     for _ in range(25):
         act = env.oracle_actions()[0] if rng.random() < 0.6 else env.sample_action(rng)
         if rng.random() < 0.15:
-            obs = env.inject_fault(
-                ("tool_error", "tool_timeout", "stale_read")[int(rng.integers(3))], rng, act
-            )
-            lines += [act, obs]
+            env.arm_fault(("tool_error", "tool_timeout", "stale_read")[int(rng.integers(3))], rng)
+            obs, reward, terminated, _, info = env.step(act)
+            lines += [act, obs, repr(reward), repr(info["fault"])]
         else:
             obs, reward, terminated, _, info = env.step(act)
             lines += [act, obs, repr(reward), repr(info["score"]), repr(env.cost_to_go())]

@@ -22,9 +22,9 @@ import pytest
 import requests
 
 import budget_envs  # noqa: F401  (registers the ids)
+from budget_envs.core import UNREACHABLE
 from budget_envs.envs.webshop import WebShopEnv, WebShopServerError
 from budget_envs.envs.webshop.catalogue import generate_catalogue
-from budget_envs.envs.webshop.oracle import UNREACHABLE
 from budget_envs.envs.webshop.scoring import (
     normalize_color,
     product_record,
@@ -359,17 +359,23 @@ def test_faults(env):
     rng = np.random.default_rng(0)
     env.reset(options={"task_id": "L2-0005"})
     view, cost = env._view, env.cost_to_go()
-    obs = env.inject_fault("http_error", rng, env.oracle_actions()[0])
-    assert obs.startswith(("HTTP 500", "HTTP 503")) and env.fault_executed_action is None
+    env.arm_fault("http_error", rng)
+    obs, _, _, _, info = env.step(env.oracle_actions()[0])
+    assert obs.startswith(("HTTP 500", "HTTP 503")) and info["fault"]["executed"] is None
+    assert info["fault"]["effect"] == "dropped" and info["turn"] == 1
     assert env.cost_to_go() == cost and env._view == view
     action = env.oracle_actions()[0]
-    obs = env.inject_fault("stale_page", rng, action)
-    assert obs == view and env.fault_executed_action == action and env.cost_to_go() == cost - 1
+    env.arm_fault("stale_page", rng)
+    obs, _, _, _, info = env.step(action)
+    assert obs == view and info["fault"]["executed"] == action and env.cost_to_go() == cost - 1
+    assert env._view != view  # the agent saw the old page; the env keeps the real one
     action = env.oracle_actions()[0]
-    obs = env.inject_fault("slow_response", rng, action)
+    env.arm_fault("slow_response", rng)
+    obs, _, _, _, info = env.step(action)
     assert "s to load" in obs and env.cost_to_go() == cost - 2
+    assert info["fault"]["effect"] == "observation"
     with pytest.raises(ValueError, match="unknown fault"):
-        env.inject_fault("meteor", rng, action)
+        env.arm_fault("meteor", rng)
 
 
 def test_snapshot_restore_through_the_server(server, env):

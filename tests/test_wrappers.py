@@ -325,7 +325,15 @@ def test_a_fault_never_crashes_the_env(seed, actions):
         assert env.observation_space.contains(obs)
         if "fault" in info:
             f = info["fault"]
-            assert set(f) == {"kind", "turn", "action", "executed", "cost_before", "cost_after"}
+            assert set(f) == {
+                "kind",
+                "turn",
+                "action",
+                "executed",
+                "effect",
+                "cost_before",
+                "cost_after",
+            }
         if terminated or truncated:
             obs, info = env.reset()
 

@@ -11,7 +11,8 @@ from collections import deque
 
 import numpy as np
 
-from budget_envs.core import UNREACHABLE, InvalidAction, TextAgentEnv
+from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
+from budget_envs.errors import ActionRejected
 
 MOVES = {"go east": 1, "go west": -1}
 
@@ -69,7 +70,7 @@ class ToyEnv(TextAgentEnv):
     def _execute(self, action: str) -> tuple[str, float]:
         cmd = " ".join(action.lower().split())
         if cmd not in self._admissible():
-            raise InvalidAction(f"You can't do {action[:60]!r} here. Valid: {self._admissible()}")
+            raise ActionRejected(f"You can't do {action[:60]!r} here. Valid: {self._admissible()}")
         if cmd in MOVES:
             self.room += MOVES[cmd]
             return self._look(), 0.0
@@ -130,6 +131,17 @@ class ToyEnv(TextAgentEnv):
     def fault_kinds(self) -> tuple[str, ...]:
         return ("perturb",)
 
-    def _inject_fault(self, kind, rng, action):
+    def _fault(self, kind, rng, action):
+        """``perturb``: the agent's action is handled as usual, then a gust moves the player."""
+        obs, reward, invalid = self._attempt(action)
+        executed = None if invalid else action
+        if self.won or self.lost:
+            return FaultOutcome(obs, "none", executed, reward, invalid)
         self.room = int(rng.integers(0, self.length))
-        return f"A gust of wind blows you away. {self._look()}"
+        return FaultOutcome(
+            f"{obs}\nA gust of wind blows you away. {self._look()}",
+            "world",
+            executed,
+            reward,
+            invalid,
+        )

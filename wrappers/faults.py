@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from budget_envs.core import GENERIC_KINDS
+from budget_envs.errors import UnknownFaultKind
+
 __all__ = ["ErrorInjection", "GENERIC_KINDS"]
 
-#: Fault kinds every env gets. Families add their own through ``fault_kinds()``.
-GENERIC_KINDS = ("slip", "drop", "garble")
 _SEED_TAG = 0xFA017
 _BLOCK = 64
-_WORD = re.compile(r"[A-Za-z]+")
-_LETTERS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)
 
 
 def _is_int(value: Any) -> bool:
@@ -32,8 +30,15 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
     * ``drop``: the agent's action is not executed; the env's no-effect feedback is shown;
     * ``garble``: the agent's action runs but its observation is corrupted (state unchanged).
 
-    Plus the family's own kinds (``env.unwrapped.fault_kinds()``, e.g. ``perturb``, ``http_error``,
-    ``tool_error``), applied through ``env.unwrapped.inject_fault``.
+    Plus the family's own kinds (``fault_kinds()`` of the env, e.g. ``perturb``, ``http_error``,
+    ``tool_error``); docs/faults.md gives every kind's meaning in every family.
+
+    How: on a faulty turn the wrapper *arms* the fault on the env (its ``arm_fault``, reached with
+    ``get_wrapper_attr``) and then calls ``self.env.step(action)`` as on any turn. The env's core
+    applies the fault, computes reward and ``terminated`` the normal way and reports what the
+    fault did in ``info["fault"]``; so every wrapper placed between this one and the env sees
+    every turn as an ordinary ``step`` call returning an ordinary 5-tuple. The wrapper reads
+    ``env.unwrapped`` only for the oracle's ``cost_to_go`` before and after the fault.
 
     When: ``at_turn`` (one turn or several, 1-based) fires for sure; ``rate`` fires on any turn
     with that probability; ``max_faults`` caps the faults per episode. The kind is drawn with the
@@ -41,8 +46,10 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
     from ``reset(seed=...)``, so the same seeds give the same faults.
 
     A faulty turn is still a turn (the budget counts it). ``info["fault"]`` on that turn holds the
-    kind, the turn, the agent's action, the action executed (None when nothing ran) and the oracle
-    cost-to-go before and after (None when the env has no oracle): the damage in turns.
+    kind, the turn, the agent's action, the action executed (None when nothing ran), the effect
+    (see :data:`budget_envs.core.FAULT_EFFECTS`) and the oracle cost-to-go before and after (None
+    when the env has no oracle): the damage in turns. A fault due on a turn of a finished episode
+    does not happen (nothing is recorded).
     ``info["faults"]`` lists the episode's faults so far, on every reset and step.
 
     Place it inside the :class:`BudgetWrapper` (``gymnasium.make(id, faults=...)`` does).
@@ -70,8 +77,12 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
         seed: int | None = None,
     ) -> None:
         """Wrap ``env``; see the class docstring for the meaning of each argument."""
-        unwrapped = env.unwrapped
-        family_kinds = tuple(unwrapped.fault_kinds()) if hasattr(unwrapped, "fault_kinds") else ()
+        if not env.has_wrapper_attr("arm_fault"):
+            raise TypeError(
+                "ErrorInjection needs a budget_envs TextAgentEnv underneath (an env with "
+                f"arm_fault()), got {env!r}"
+            )
+        family_kinds = tuple(env.get_wrapper_attr("fault_kinds")())
         available = GENERIC_KINDS + family_kinds
         if isinstance(kinds, str):
             names, weights = [kinds], [1.0]
@@ -90,8 +101,8 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
             raise ValueError(f"kinds must name at least one fault kind out of {list(available)}")
         for name in names:
             if name not in available:
-                raise ValueError(
-                    f"unknown fault kind {name!r} for {type(unwrapped).__name__}; "
+                raise UnknownFaultKind(
+                    f"unknown fault kind {name!r} for {type(env.unwrapped).__name__}; "
                     f"expected one of {list(available)}"
                 )
         if len(set(names)) != len(names):
@@ -143,7 +154,6 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
         self._reseed(None)
         self._turn = 0
         self._faults: tuple[dict[str, Any], ...] = ()
-        self._last_info: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ seeding
     def _reseed(self, reset_seed: int | None) -> None:
@@ -184,11 +194,10 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
         self._turn = 0
         self._faults = ()
         info["faults"] = ()
-        self._last_info = info
         return obs, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """Step the env, injecting a fault when one is due."""
+        """Step the env; when a fault is due, arm it first (the env's step applies it)."""
         turn = self._turn = self._turn + 1
         due = turn in self.at_turns
         if self.rate:
@@ -200,16 +209,35 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
                 coin = self._refill()
             if coin < self.rate:
                 due = True
+        kind = None
         if due and (self.max_faults is None or len(self._faults) < self.max_faults):
-            if not getattr(self.env.unwrapped, "done", False):
-                return self._faulty_step(action, turn)
+            rng = self.fault_rng
+            kind = self.kinds[int(rng.choice(len(self.kinds), p=self.kind_probs))]
+            cost_before = self._cost()
+            self.env.get_wrapper_attr("arm_fault")(kind, rng)
         obs, reward, terminated, truncated, info = self.env.step(action)
+        if kind is not None:
+            applied = info.get("fault")
+            if applied is None or applied.get("kind") != kind:
+                # The episode was over (or a wrapper in between ended the turn): no fault.
+                self.env.get_wrapper_attr("arm_fault")(None)
+            else:
+                record = {
+                    "kind": kind,
+                    "turn": turn,
+                    "action": applied["action"],
+                    "executed": applied["executed"],
+                    "effect": applied["effect"],
+                    "cost_before": cost_before,
+                    "cost_after": self._cost(),
+                }
+                self._faults = self._faults + (record,)
+                info["fault"] = dict(record)
         # Fresh copies once there are faults: infos of different steps must not share objects.
         info["faults"] = tuple([dict(f) for f in self._faults]) if self._faults else ()
-        self._last_info = info
         return obs, reward, terminated, truncated, info
 
-    # ------------------------------------------------------------------ faults
+    # ------------------------------------------------------------------ damage
     def _cost(self) -> int | None:
         oracle = getattr(self.env.unwrapped, "cost_to_go", None)
         if oracle is None:
@@ -218,75 +246,3 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
             return int(oracle())
         except NotImplementedError:
             return None
-
-    def _skip(self) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        unwrapped = self.env.unwrapped
-        if hasattr(unwrapped, "skip_turn"):
-            return unwrapped.skip_turn()
-        info = {k: v for k, v in self._last_info.items() if k not in ("fault", "faults")}
-        return "Nothing happens.", 0.0, False, False, info
-
-    def _faulty_step(self, action: str, turn: int) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        rng = self.fault_rng
-        kind = self.kinds[int(rng.choice(len(self.kinds), p=self.kind_probs))]
-        unwrapped = self.env.unwrapped
-        cost_before = self._cost()
-        executed: str | None = None
-        if kind == "slip":
-            other = (
-                unwrapped.slip_action(action, rng) if hasattr(unwrapped, "slip_action") else None
-            )
-            if other is None:
-                obs, reward, terminated, truncated, info = self._skip()
-            else:
-                executed = other
-                obs, reward, terminated, truncated, info = self.env.step(other)
-        elif kind == "drop":
-            obs, reward, terminated, truncated, info = self._skip()
-        elif kind == "garble":
-            executed = action
-            obs, reward, terminated, truncated, info = self.env.step(action)
-            obs = self._garble(obs, rng)
-        else:
-            won_before = bool(unwrapped.won)
-            obs = unwrapped.inject_fault(kind, rng, action)
-            executed = unwrapped.fault_executed_action
-            info = unwrapped.current_info()
-            reward = 1.0 if (unwrapped.won and not won_before) else 0.0
-            terminated, truncated = bool(unwrapped.done), False
-        record = {
-            "kind": kind,
-            "turn": turn,
-            "action": action if isinstance(action, str) else repr(action),
-            "executed": executed,
-            "cost_before": cost_before,
-            "cost_after": self._cost(),
-        }
-        self._faults = self._faults + (record,)
-        info["fault"] = dict(record)
-        info["faults"] = tuple([dict(f) for f in self._faults])
-        self._last_info = info
-        return obs, reward, terminated, truncated, info
-
-    @staticmethod
-    def _garble(obs: str, rng: np.random.Generator) -> str:
-        """Scramble about a third of the words; layout and length stay the same."""
-        words = list(_WORD.finditer(obs))
-        if not words:
-            return obs
-        hit = rng.random(len(words)) < 0.35
-        if not hit.any():
-            hit[int(rng.integers(len(words)))] = True
-        chars = bytearray(obs, "ascii", errors="replace") if obs.isascii() else None
-        if chars is None:
-            pieces = list(obs)
-            for match, h in zip(words, hit):
-                if h:
-                    letters = _LETTERS[rng.integers(26, size=match.end() - match.start())]
-                    pieces[match.start() : match.end()] = list(letters.tobytes().decode())
-            return "".join(pieces)
-        for match, h in zip(words, hit):
-            if h:
-                letters = _LETTERS[rng.integers(26, size=match.end() - match.start())]
-                chars[match.start() : match.end()] = letters.tobytes()
-        return chars.decode("ascii")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from budget_envs._util import tool_call_action, tool_calls_action
+from budget_envs.errors import AgentError
 
 __all__ = [
     "Agent",
@@ -36,13 +37,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-class AgentError(RuntimeError):
-    """The agent could not produce an action (e.g. its endpoint kept failing after retries).
-
-    The runner records the episode as an error, never as a failure of the task.
-    """
 
 
 @runtime_checkable

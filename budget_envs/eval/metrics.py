@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from budget_envs.errors import DerivationError
+
 __all__ = [
     "DerivationError",
     "bootstrap_pass_at_kt",
@@ -29,14 +31,6 @@ __all__ = [
     "recovery_table",
     "single_step_accuracy",
 ]
-
-
-class DerivationError(ValueError):
-    """A Pass@(K,T) value was asked for that the recorded runs cannot support.
-
-    Raised when a smaller T would have to be derived from budget-visible runs (the agent saw the
-    budget, so a run at T_max says nothing about a run at T), or when no run covers T.
-    """
 
 
 def _int_list(values: Iterable[int] | int, what: str) -> np.ndarray:

@@ -26,6 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 from budget_envs._util import require, tool_call_action
+from budget_envs.errors import BudgetExhausted, EpisodeOver
 from budget_envs.integrations.common import DEFAULT_BUDGET, make_env, make_env_like
 
 __all__ = [
@@ -385,14 +386,6 @@ def oracle_examples(
             mask += [0] * len(env_ids)
         out.append((tokens, mask))
     return out
-
-
-class BudgetExhausted(RuntimeError):
-    """A tool call after the turn budget ran out (TRL shows the message as a tool error)."""
-
-
-class EpisodeOver(RuntimeError):
-    """A tool call after the episode ended (won or lost)."""
 
 
 class BudgetMixToolEnv:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from budget_envs.envs.alfworld import _deps
+from budget_envs.errors import GameFileError
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +38,6 @@ LOGIC_CACHE_SIZE = 16
 GAME_CACHE_SIZE = 64
 
 _TRANSLATE_LOCK = threading.Lock()
-
-
-class GameFileError(ValueError):
-    """A game file that cannot be played: the message names the file and the cause."""
 
 
 class _LRU(OrderedDict):

@@ -14,10 +14,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from budget_envs._util import cache_root, check_int, check_levels
-from budget_envs.core import InvalidAction, TextAgentEnv
+from budget_envs.core import FaultOutcome, TextAgentEnv
 from budget_envs.envs.alfworld import generate
 from budget_envs.envs.alfworld.engine import AlfredEngine, GameFileError
 from budget_envs.envs.alfworld.oracle import ExpertError, HandcodedOracle, ModelOracle, PlanOracle
+from budget_envs.errors import ActionRejected
 
 logger = logging.getLogger(__name__)
 
@@ -301,7 +302,7 @@ class AlfWorldEnv(TextAgentEnv):
     def _execute(self, action: str) -> tuple[str, float]:
         engine = self._engine
         if not engine.is_admissible(action):
-            raise InvalidAction("Nothing happens.")
+            raise ActionRejected("Nothing happens.")
         command = action.strip()
         obs = engine.step(command)
         self._after(command)
@@ -358,7 +359,14 @@ class AlfWorldEnv(TextAgentEnv):
     def fault_kinds(self) -> tuple[str, ...]:
         return ("perturb",)
 
-    def _inject_fault(self, kind: str, rng: np.random.Generator, action: str | None) -> str:
+    def _fault(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
+        """``perturb``: the agent's action is handled as usual, then the world changes under the
+        player: a held object slips into a receptacle here, something closes, or the player
+        wanders to another place (each a real engine move, so oracle tracking stays exact)."""
+        obs, reward, invalid = self._attempt(action)
+        executed = None if invalid else action
+        if self.won or self.lost:
+            return FaultOutcome(obs, "none", executed, reward, invalid)
         engine = self._engine
         admissible = engine.admissible
         held = [f.arguments[1].name for f in engine._state.facts if f.name == "holds"]
@@ -374,7 +382,13 @@ class AlfWorldEnv(TextAgentEnv):
         }
         kinds = [k for k in ("dropped", "closed", "moved") if options[k]]
         if not kinds:
-            return "You feel a little dizzy for a moment. " + self.no_effect_feedback()
+            return FaultOutcome(
+                f"{obs}\n\nYou feel a little dizzy for a moment, but nothing changes.",
+                "none",
+                executed,
+                reward,
+                invalid,
+            )
         which = kinds[int(rng.integers(len(kinds)))]
         command = options[which][int(rng.integers(len(options[which])))]
         feedback = engine.step(command)
@@ -385,4 +399,6 @@ class AlfWorldEnv(TextAgentEnv):
             "closed": "A draught swings it shut.",
             "moved": "You lose your bearings and wander off.",
         }[which]
-        return f"{lead} {feedback}"
+        if self.won:  # the disturbance itself finished the task: the turn's success reward
+            reward = 1.0
+        return FaultOutcome(f"{obs}\n\n{lead} {feedback}", "world", executed, reward, invalid)

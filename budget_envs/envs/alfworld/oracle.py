@@ -16,12 +16,9 @@ import random
 from typing import Any
 
 from budget_envs.envs.alfworld import _deps
+from budget_envs.errors import ExpertError
 
 __all__ = ["ExpertError", "PlanOracle", "HandcodedOracle", "ModelOracle"]
-
-
-class ExpertError(RuntimeError):
-    """The oracle cannot produce an action (expert timeout, failure, or no plan)."""
 
 
 class PlanOracle:

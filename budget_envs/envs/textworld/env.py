@@ -22,9 +22,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from budget_envs._util import check_int, check_levels, check_seeds, import_optional
-from budget_envs.core import InvalidAction, TextAgentEnv
+from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.envs.textworld import generate as gen
-from budget_envs.envs.textworld.oracle import LIVE, UNREACHABLE, QuestRules, StateGraph
+from budget_envs.envs.textworld.oracle import LIVE, QuestRules, StateGraph
+from budget_envs.errors import ActionRejected
 
 __all__ = [
     "CoinCollectorEnv",
@@ -382,18 +383,18 @@ class TextWorldEnv(TextAgentEnv):
     # ------------------------------------------------------------------ turns
     def _validate(self, action: str) -> None:
         if not action.isascii():
-            raise InvalidAction(
+            raise ActionRejected(
                 "Invalid action: the game only reads plain ASCII text. Rephrase without accents "
                 "or symbols."
             )
         if len(action.strip()) > MAX_COMMAND_BYTES:
-            raise InvalidAction(
+            raise ActionRejected(
                 f"Invalid action: {len(action.strip())} characters is over the game's limit of "
                 f"{MAX_COMMAND_BYTES}. Send one short command."
             )
         verb = meta_verb(action)
         if verb is not None:
-            raise InvalidAction(
+            raise ActionRejected(
                 f"'{verb}' is a game-system command (save, restore, script, quit, restart, undo "
                 "and debugging verbs are not available). Use an in-game action."
             )
@@ -460,36 +461,35 @@ class TextWorldEnv(TextAgentEnv):
     def fault_kinds(self) -> tuple[str, ...]:
         return ("perturb",)
 
-    def _inject_fault(self, kind: str, rng: np.random.Generator, action: str | None) -> str:
-        """``perturb``: the agent's action runs, then a carried object is dropped and the player
-        stumbles through a random exit (both real game moves, so tracking stays exact)."""
-        parts = []
-        if isinstance(action, str) and self.check_action(action) is None:
-            try:
-                self._validate(action)
-            except InvalidAction as exc:
-                parts.append(str(exc))
-            else:
-                obs, _ = self._play(action)
-                parts.append(obs)
-                self.fault_executed_action = action
-        if self.won or self.lost:
-            return "\n\n".join(parts)
-        admissible = self._admissible()
-        drops = [c for c in admissible if c.startswith("drop ")]
-        if drops:
-            obs, _ = self._play(drops[int(rng.integers(len(drops)))])
-            parts.append("Your grip slips. " + obs)
+    def _fault(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
+        """``perturb``: the agent's action is handled as usual, then the world changes under the
+        player: a carried object is dropped and the player stumbles through a random exit (both
+        real game moves, so tracking stays exact)."""
+        obs, reward, invalid = self._attempt(action)
+        executed = None if invalid else action
+        parts = [obs]
+        changed = False
+        if not (self.won or self.lost):
+            drops = [c for c in self._admissible() if c.startswith("drop ")]
+            if drops:
+                obs, gained = self._play(drops[int(rng.integers(len(drops)))])
+                parts.append("Your grip slips. " + obs)
+                reward += gained
+                changed = True
         if not (self.won or self.lost):
             goes = [c for c in self._admissible() if c.startswith("go ")]
             if goes:
                 best = set(self.oracle_actions())
                 away = [c for c in goes if c not in best] or goes
-                obs, _ = self._play(away[int(rng.integers(len(away)))])
+                obs, gained = self._play(away[int(rng.integers(len(away)))])
                 parts.append("You lose your footing and stumble away.\n\n" + obs)
-        if len(parts) == (1 if self.fault_executed_action is not None else 0):
+                reward += gained
+                changed = True
+        if not changed and not (self.won or self.lost):
             parts.append("You stumble, but nothing changes.")
-        return "\n\n".join(parts)
+        return FaultOutcome(
+            "\n\n".join(parts), "world" if changed else "none", executed, reward, invalid
+        )
 
     # ------------------------------------------------------------------ forking
     def _snapshot_state(self) -> _Native:

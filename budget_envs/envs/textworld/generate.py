@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from budget_envs import _util
+from budget_envs.errors import GenerationError, GenerationTimeout
 
 __all__ = [
     "CACHE_ENV_VAR",
@@ -76,14 +77,6 @@ _DEFAULT_LEVELS = {
     "treasure_hunter": (5, 10, 13, 16, 20),
     "cooking": (1, 2, 3, 4, 5, 6),
 }
-
-
-class GenerationError(RuntimeError):
-    """TextWorld could not make or compile the requested game."""
-
-
-class GenerationTimeout(GenerationError, TimeoutError):
-    """Making a game took longer than the allowed time."""
 
 
 def family_levels(family: str) -> tuple[int, ...]:

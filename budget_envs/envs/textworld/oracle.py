@@ -19,11 +19,11 @@ from collections import deque
 from collections.abc import Hashable
 from typing import Any
 
+from budget_envs.core import UNREACHABLE
+
 logger = logging.getLogger(__name__)
 
 LIVE, WON, LOST = 0, 1, -1
-#: ``cost_to_go`` when success can no longer be reached.
-UNREACHABLE = 10**6
 
 
 class QuestRules:

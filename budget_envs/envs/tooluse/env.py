@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from budget_envs._util import check_int, check_levels
-from budget_envs.core import InvalidAction, TextAgentEnv
+from budget_envs.core import FaultOutcome, TextAgentEnv
 from budget_envs.envs.tooluse import oracle as orc
 from budget_envs.envs.tooluse.tasks import DECLINE_NOTE, LEVELS, Task, make_task
 from budget_envs.envs.tooluse.tools import (
@@ -33,6 +33,7 @@ from budget_envs.envs.tooluse.tools import (
     run_tool,
 )
 from budget_envs.envs.tooluse.world import World, get_world
+from budget_envs.errors import ActionRejected
 
 __all__ = ["ToolUseEnv"]
 
@@ -263,32 +264,41 @@ class ToolUseEnv(TextAgentEnv):
         """``tool_error`` (not run), ``tool_timeout`` (writes run, result lost), ``stale_read``."""
         return ("tool_error", "tool_timeout", "stale_read")
 
-    def _inject_fault(self, kind: str, rng: np.random.Generator, action: str | None) -> str:
+    def _fault(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
+        """``tool_error``: the call is not run; ``tool_timeout``: a write runs, a read or
+        ``submit`` does not, and either way the result is lost; ``stale_read``: a read answers
+        from the start-of-episode database, anything else runs as usual. A malformed call is
+        rejected as on any turn (the timeout and stale kinds then change nothing)."""
         if kind == "tool_error":
             code = (500, 502, 503)[int(rng.integers(3))]
-            return (
+            return FaultOutcome(
                 f"Error: the tool service failed with a transient error (HTTP {code}); "
-                "the call was not run. Retry it."
+                "the call was not run. Retry it.",
+                "dropped",
             )
-        try:
-            name, args = parse_action(action) if isinstance(action, str) else (None, None)
-        except InvalidAction as exc:
-            return str(exc)
+        name = None
+        if self.check_action(action) is None:
+            try:
+                name, args = parse_action(action)
+            except ActionRejected:
+                name = None
+        if name is None:
+            obs, reward, invalid = self._attempt(action)
+            return FaultOutcome(obs, "none", None, reward, invalid)
         if kind == "tool_timeout":
-            if name in WRITE_TOOLS:
-                self.fault_executed_action = action
-                self._run(name, args, self._conn)
-            return (
+            lost = (
                 "Error: the tool call timed out after 30 s; its result is unknown (a write "
                 "may or may not have been applied)."
             )
-        # stale_read: a read answers from the start-of-episode state; anything else runs normally.
-        if name is None:
-            return self.no_effect_feedback()
-        self.fault_executed_action = action
+            if name in WRITE_TOOLS:
+                _, reward = self._run(name, args, self._conn)
+                return FaultOutcome(lost, "observation", action, reward)
+            return FaultOutcome(lost, "dropped")
         if name in READ_TOOLS:
-            return self._run(name, args, self.world.template)[0]
-        return self._run(name, args, self._conn)[0]
+            obs, reward = self._run(name, args, self.world.template)
+            return FaultOutcome(obs, "observation", action, reward)
+        obs, reward = self._run(name, args, self._conn)
+        return FaultOutcome(obs, "none", action, reward)
 
     def no_effect_feedback(self) -> str:
         return "Error: no response from the tool service; the call was not run."
@@ -311,7 +321,7 @@ class ToolUseEnv(TextAgentEnv):
                 calls.append(call_json("get_product", {"product_id": rid}))
         try:
             mine = call_json(*parse_action(action))
-        except (InvalidAction, TypeError):
+        except (ActionRejected, TypeError):
             mine = None
         others = [c for c in calls if c != mine and c != action]
         if not others:

@@ -24,14 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from budget_envs.core import UNREACHABLE
 from budget_envs.envs.tooluse.tasks import Task
 from budget_envs.envs.tooluse.tools import call_json
 from budget_envs.envs.tooluse.world import World
 
-__all__ = ["UNREACHABLE", "Progress", "apply_call", "cost_to_go", "oracle_calls", "score"]
-
-#: ``cost_to_go()`` once success is impossible (lost, or submitted without success).
-UNREACHABLE = 10**6
+__all__ = ["Progress", "apply_call", "cost_to_go", "oracle_calls", "score"]
 
 _IRREVERSIBLE = ("status", "item")
 

@@ -14,8 +14,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from budget_envs._util import tool_call_action
-from budget_envs.core import InvalidAction
 from budget_envs.envs.tooluse.world import PAGE_SIZE, World
+from budget_envs.errors import ActionRejected, ToolError
 
 __all__ = [
     "READ_TOOLS",
@@ -33,10 +33,6 @@ __all__ = [
 _ID_RE = {
     p: re.compile(rf"^{p}_[0-9a-f]{{8}}$") for p in ("cus", "ord", "itm", "pay", "prd", "cur")
 }
-
-
-class ToolError(Exception):
-    """A well-formed call the tool refuses (unknown id, wrong state); nothing was changed."""
 
 
 @dataclass(frozen=True)
@@ -217,9 +213,9 @@ def _loads(text: str, what: str) -> Any:
     try:
         return json.loads(text)
     except RecursionError:
-        raise InvalidAction(f"Error: {what} is nested too deeply. {_SHAPE_HINT}") from None
+        raise ActionRejected(f"Error: {what} is nested too deeply. {_SHAPE_HINT}") from None
     except ValueError as exc:
-        raise InvalidAction(f"Error: {what} is not valid JSON ({exc}). {_SHAPE_HINT}") from None
+        raise ActionRejected(f"Error: {what} is not valid JSON ({exc}). {_SHAPE_HINT}") from None
 
 
 def parse_action(action: str) -> tuple[str, dict[str, str | None]]:
@@ -228,17 +224,17 @@ def parse_action(action: str) -> tuple[str, dict[str, str | None]]:
     Accepted: ``{"tool_calls": [{"name", "arguments"}]}``, the OpenAI message shape with
     ``{"function": {"name", "arguments"}}`` entries, or a bare ``{"name", "arguments"}`` call;
     arguments as an object or a JSON string. Exactly one call per message. Raises
-    :class:`InvalidAction` with readable feedback otherwise.
+    :class:`ActionRejected` with readable feedback otherwise.
     """
     msg = _loads(action, "the message")
     if not isinstance(msg, dict):
-        raise InvalidAction(f"Error: the message must be a JSON object. {_SHAPE_HINT}")
+        raise ActionRejected(f"Error: the message must be a JSON object. {_SHAPE_HINT}")
     if "tool_calls" in msg:
         calls = msg["tool_calls"]
         if not isinstance(calls, list):
-            raise InvalidAction(f"Error: tool_calls must be a list. {_SHAPE_HINT}")
+            raise ActionRejected(f"Error: tool_calls must be a list. {_SHAPE_HINT}")
         if len(calls) != 1:
-            raise InvalidAction(
+            raise ActionRejected(
                 f"Error: send exactly one tool call per message (got {len(calls)}); "
                 "each call is one turn. To finish, call submit."
             )
@@ -246,20 +242,20 @@ def parse_action(action: str) -> tuple[str, dict[str, str | None]]:
     elif "name" in msg or "function" in msg:
         call = msg
     else:
-        raise InvalidAction(
+        raise ActionRejected(
             f"Error: the message has no tool call. {_SHAPE_HINT} To finish, call submit."
         )
     if not isinstance(call, dict):
-        raise InvalidAction(f"Error: a tool call must be a JSON object. {_SHAPE_HINT}")
+        raise ActionRejected(f"Error: a tool call must be a JSON object. {_SHAPE_HINT}")
     if isinstance(call.get("function"), dict):
         call = call["function"]
     name = call.get("name")
     if not isinstance(name, str):
-        raise InvalidAction(f"Error: the tool call has no name. {_SHAPE_HINT}")
+        raise ActionRejected(f"Error: the tool call has no name. {_SHAPE_HINT}")
     tool = TOOL_BY_NAME.get(name)
     if tool is None:
         shown = name if len(name) <= 60 else name[:60] + "..."
-        raise InvalidAction(
+        raise ActionRejected(
             f"Error: unknown tool {shown!r}. Available tools: {', '.join(TOOL_NAMES)}."
         )
     args = call.get("arguments")
@@ -268,7 +264,7 @@ def parse_action(action: str) -> tuple[str, dict[str, str | None]]:
     elif isinstance(args, str):
         args = _loads(args, f"the arguments string of {name}")
     if not isinstance(args, dict):
-        raise InvalidAction(f"Error: the arguments of {name} must be a JSON object.")
+        raise ActionRejected(f"Error: the arguments of {name} must be a JSON object.")
     return name, _check_args(tool, args)
 
 
@@ -277,7 +273,7 @@ def _check_args(tool: Tool, args: dict) -> dict[str, str | None]:
     extra = sorted(k for k in args if k not in known)
     if extra:
         shown = ", ".join(repr(k[:40]) for k in extra[:5])
-        raise InvalidAction(
+        raise ActionRejected(
             f"Error: {tool.name} got unexpected argument(s) {shown}; it takes "
             f"{', '.join(p.name for p in tool.params) or 'no arguments'}."
         )
@@ -286,29 +282,29 @@ def _check_args(tool: Tool, args: dict) -> dict[str, str | None]:
         value = args.get(p.name)
         if value is None:
             if p.required:
-                raise InvalidAction(f"Error: {tool.name} needs the argument {p.name!r}.")
+                raise ActionRejected(f"Error: {tool.name} needs the argument {p.name!r}.")
             out[p.name] = None
             continue
         if not isinstance(value, str):
-            raise InvalidAction(
+            raise ActionRejected(
                 f"Error: argument {p.name!r} of {tool.name} must be a string, "
                 f"got {type(value).__name__}."
             )
         if p.kind == "id":
             if not _ID_RE[p.prefix].match(value):
-                raise InvalidAction(
+                raise ActionRejected(
                     f"Error: argument {p.name!r} of {tool.name} must be an id like "
                     f"'{p.prefix}_0123abcd' from an earlier tool result."
                 )
         elif p.kind == "enum":
             if value not in p.enum:
-                raise InvalidAction(
+                raise ActionRejected(
                     f"Error: argument {p.name!r} of {tool.name} must be one of {list(p.enum)}."
                 )
         else:
             value = " ".join(value.split())
             if len(value) > p.max_length:
-                raise InvalidAction(
+                raise ActionRejected(
                     f"Error: argument {p.name!r} of {tool.name} is {len(value)} characters; "
                     f"the limit is {p.max_length}."
                 )

@@ -12,7 +12,8 @@ Routes (anything else is 404; wrong methods 405; bad JSON or arguments 400; too 
     GET    /api/sessions/<sid>        the session's state, text view and admissible actions
     PUT    /api/sessions/<sid>        {"state"}: restore a snapshot into the session, or
                                       {"task_id", "scoring", "with_task"}: start over on a task
-    POST   /api/sessions/<sid>/step   {"action", "fault"?}: play one action
+    POST   /api/sessions/<sid>/step   {"action", "fault"?}: play one action (a stale_page
+                                      fault adds "stale_view", the page before the action)
     DELETE /api/sessions/<sid>        end the session
 
 Session ids are 128-bit random tokens; a session is reachable only through its id, and every
@@ -34,6 +35,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from budget_envs.envs.webshop.shop import Block, SessionState, Shop
+from budget_envs.errors import ShopHTTPError
 
 __all__ = ["MAX_BODY", "MAX_SESSIONS", "WebShopApp"]
 
@@ -77,15 +79,6 @@ _CSS = (
 )
 
 
-class HTTPError(Exception):
-    """An error answer: status code and message."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 class _Session:
     __slots__ = ("lock", "state")
 
@@ -106,13 +99,13 @@ class WebShopApp:
     # ---------------------------------------------------------------- sessions
     def _new_session(self, task_id: Any, scoring: Any) -> tuple[str, _Session]:
         if not isinstance(task_id, str):
-            raise HTTPError(400, "task_id must be a string such as 'L1-0000'")
+            raise ShopHTTPError(400, "task_id must be a string such as 'L1-0000'")
         if not isinstance(scoring, str):
-            raise HTTPError(400, "scoring must be a string")
+            raise ShopHTTPError(400, "scoring must be a string")
         try:
             state = self.shop.new_state(task_id, scoring)
         except ValueError as exc:
-            raise HTTPError(400, str(exc)) from None
+            raise ShopHTTPError(400, str(exc)) from None
         sid = secrets.token_urlsafe(16)
         sess = _Session(state)
         with self._lock:
@@ -123,11 +116,11 @@ class WebShopApp:
 
     def _get(self, sid: str) -> _Session:
         if not _SID.match(sid):
-            raise HTTPError(404, "no such session")
+            raise ShopHTTPError(404, "no such session")
         with self._lock:
             sess = self._sessions.get(sid)
             if sess is None:
-                raise HTTPError(404, "no such session")
+                raise ShopHTTPError(404, "no such session")
             self._sessions.move_to_end(sid)
         return sess
 
@@ -140,7 +133,7 @@ class WebShopApp:
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
         try:
             status, headers, body = self._dispatch(environ)
-        except HTTPError as exc:
+        except ShopHTTPError as exc:
             status, headers, body = self._error(environ, exc.status, exc.message)
         except Exception:  # a bug: answer 500, never leak a traceback to the client
             logger.exception(
@@ -168,7 +161,7 @@ class WebShopApp:
         method = environ.get("REQUEST_METHOD", "GET")
         path = environ.get("PATH_INFO", "") or "/"
         if len(path) > 512:
-            raise HTTPError(414, "path too long")
+            raise ShopHTTPError(414, "path too long")
         parts = path.split("/")[1:]
         if parts[:1] == ["api"]:
             return self._api(method, parts[1:], environ)
@@ -197,12 +190,12 @@ class WebShopApp:
                 with sess.lock:
                     self.shop.step(sess.state, action)
             return 303, [("Location", f"/web/{parts[1]}")], b""
-        raise HTTPError(404, "not found")
+        raise ShopHTTPError(404, "not found")
 
     @staticmethod
     def _allow(method: str, *allowed: str) -> None:
         if method not in allowed:
-            raise HTTPError(405, f"method {method[:16]} not allowed here")
+            raise ShopHTTPError(405, f"method {method[:16]} not allowed here")
 
     # ---------------------------------------------------------------- JSON API
     def _api(self, method: str, parts: list[str], environ: dict) -> tuple[int, list, bytes]:
@@ -214,7 +207,7 @@ class WebShopApp:
             try:
                 task = self.shop.task(parts[1])
             except ValueError as exc:
-                raise HTTPError(404, str(exc)) from None
+                raise ShopHTTPError(404, str(exc)) from None
             return self._json(200, task.to_dict())
         if parts == ["sessions"]:
             self._allow(method, "POST")
@@ -242,7 +235,7 @@ class WebShopApp:
                     else:
                         state = self.shop.state_from_dict(data.get("state"))
                 except (ValueError, TypeError) as exc:
-                    raise HTTPError(400, str(exc)) from None
+                    raise ShopHTTPError(400, str(exc)) from None
                 with sess.lock:
                     sess.state = state
                     out = self._session_payload(state)
@@ -254,16 +247,16 @@ class WebShopApp:
                 with self._lock:
                     self._sessions.pop(sid, None)
                 return 204, [], b""
-            raise HTTPError(405, "use GET, PUT or DELETE on a session")
+            raise ShopHTTPError(405, "use GET, PUT or DELETE on a session")
         if len(parts) == 3 and parts[0] == "sessions" and parts[2] == "step":
             self._allow(method, "POST")
             sess = self._get(parts[1])
             data = _json_body(environ)
             action = data.get("action")
             if not isinstance(action, str):
-                raise HTTPError(400, "action must be a string")
+                raise ShopHTTPError(400, "action must be a string")
             return self._step(sess, action, data.get("fault"))
-        raise HTTPError(404, "not found")
+        raise ShopHTTPError(404, "not found")
 
     def _step(self, sess: _Session, action: str, fault: Any) -> tuple[int, list, bytes]:
         kind = None
@@ -273,24 +266,26 @@ class WebShopApp:
                 "stale_page",
                 "slow_response",
             ):
-                raise HTTPError(400, "fault must be {'kind': http_error|stale_page|slow_response}")
+                raise ShopHTTPError(
+                    400, "fault must be {'kind': http_error|stale_page|slow_response}"
+                )
             kind = fault["kind"]
         if kind == "http_error":
             status = fault.get("status", 503)
             if status not in (500, 503):
-                raise HTTPError(400, "an injected http_error has status 500 or 503")
+                raise ShopHTTPError(400, "an injected http_error has status 500 or 503")
             return self._json(status, {"error": "injected server error", "status": status})
         if kind == "slow_response":
             delay = fault.get("delay_ms", 200)
             if not isinstance(delay, int) or not 0 <= delay <= MAX_FAULT_DELAY_MS:
-                raise HTTPError(400, f"delay_ms must be an int in [0, {MAX_FAULT_DELAY_MS}]")
+                raise ShopHTTPError(400, f"delay_ms must be an int in [0, {MAX_FAULT_DELAY_MS}]")
             time.sleep(delay / 1000.0)
         with sess.lock:
             before = self.shop.text_view(sess.state) if kind == "stale_page" else None
             result = self.shop.step(sess.state, action)
             out = self._session_payload(sess.state)
-        if before is not None:
-            out["view"] = before
+        if before is not None:  # the page as it was before the action (the state moved on)
+            out["stale_view"] = before
         out.update(
             invalid=result.invalid,
             feedback=result.feedback,
@@ -370,11 +365,11 @@ def _read_body(environ: dict) -> bytes:
     try:
         length = int(environ.get("CONTENT_LENGTH") or 0)
     except ValueError:
-        raise HTTPError(400, "bad Content-Length") from None
+        raise ShopHTTPError(400, "bad Content-Length") from None
     if length < 0:
-        raise HTTPError(400, "bad Content-Length")
+        raise ShopHTTPError(400, "bad Content-Length")
     if length > MAX_BODY:
-        raise HTTPError(413, f"request body over {MAX_BODY} bytes")
+        raise ShopHTTPError(413, f"request body over {MAX_BODY} bytes")
     return environ["wsgi.input"].read(length) if length else b""
 
 
@@ -383,9 +378,9 @@ def _json_body(environ: dict) -> dict[str, Any]:
     try:
         data = json.loads(raw.decode("utf-8")) if raw else {}
     except (UnicodeDecodeError, ValueError):
-        raise HTTPError(400, "the body is not valid JSON") from None
+        raise ShopHTTPError(400, "the body is not valid JSON") from None
     if not isinstance(data, dict):
-        raise HTTPError(400, "the body must be a JSON object")
+        raise ShopHTTPError(400, "the body must be a JSON object")
     return data
 
 
@@ -396,5 +391,5 @@ def _form(environ: dict) -> dict[str, str]:
             raw.decode("utf-8"), keep_blank_values=True, max_num_fields=20, strict_parsing=False
         )
     except (UnicodeDecodeError, ValueError):
-        raise HTTPError(400, "bad form data") from None
+        raise ShopHTTPError(400, "bad form data") from None
     return {k: v[0] for k, v in pairs.items() if v}

@@ -15,11 +15,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from budget_envs._util import check_int, check_levels
-from budget_envs.core import InvalidAction, TextAgentEnv
-from budget_envs.envs.webshop.oracle import UNREACHABLE, oracle
+from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
+from budget_envs.envs.webshop.oracle import oracle
 from budget_envs.envs.webshop.scoring import SCORING_MODES
 from budget_envs.envs.webshop.shop import SEP
 from budget_envs.envs.webshop.tasks import LEVELS, Task
+from budget_envs.errors import ActionRejected, WebShopServerError
 
 __all__ = ["WebShopEnv", "WebShopServerError"]
 
@@ -27,10 +28,6 @@ logger = logging.getLogger(__name__)
 
 _FAULTS = ("http_error", "stale_page", "slow_response")
 _REASONS = {500: "Internal Server Error", 503: "Service Unavailable"}
-
-
-class WebShopServerError(RuntimeError):
-    """The shop server did not answer as expected (dead, restarted, or failing)."""
 
 
 def _stop_server(server) -> None:
@@ -287,7 +284,7 @@ class WebShopEnv(TextAgentEnv):
     def _execute(self, action: str) -> tuple[str, float]:
         data = self._step_request(action)
         if data["invalid"]:
-            raise InvalidAction(data["feedback"])
+            raise ActionRejected(data["feedback"])
         reward = self._after(data)
         return self._view, reward
 
@@ -333,33 +330,39 @@ class WebShopEnv(TextAgentEnv):
         """``http_error`` (500/503, page unchanged), ``stale_page``, ``slow_response``."""
         return _FAULTS
 
-    def _inject_fault(self, kind: str, rng: np.random.Generator, action: str | None) -> str:
-        runnable = action is not None and self.check_action(action) is None and not self._done
+    def _fault(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
+        """Server-side faults (the request carries them; the server plays them out):
+
+        * ``http_error``: the server answers 500 or 503 and does not run the action;
+        * ``stale_page``: the action runs; the agent is shown the page from before it;
+        * ``slow_response``: the action runs; the answer arrives 0.15-0.6 s late (noted).
+
+        Reward, score and purchase of an action that runs are the normal turn's. A malformed
+        action is rejected as on any turn (the fault then changes nothing).
+        """
+        runnable = self.check_action(action) is None
         if kind == "http_error":
             status = int(rng.choice([500, 503]))
             self._step_request(action if runnable else "", {"kind": kind, "status": status})
-            return (
+            return FaultOutcome(
                 f"HTTP {status} {_REASONS[status]}: the shop did not answer. "
-                "The page is unchanged; try again."
+                "The page is unchanged; try again.",
+                "dropped",
             )
-        if kind == "stale_page":
-            stale = self._view
-            if not runnable:
-                return stale
-            data = self._step_request(action, {"kind": kind})
-            if not data["invalid"]:
-                self.fault_executed_action = action
-                self._after(data)
-            return data["view"] if data["view"] else stale
-        delay = int(rng.integers(150, 600))
+        fault: dict[str, Any] = {"kind": kind}
+        if kind == "slow_response":
+            fault["delay_ms"] = delay = int(rng.integers(150, 600))
         if not runnable:
-            return self._view
-        data = self._step_request(action, {"kind": kind, "delay_ms": delay})
+            obs, reward, invalid = self._attempt(action)
+            return FaultOutcome(obs, "none", None, reward, invalid)
+        data = self._step_request(action, fault)
         if data["invalid"]:
-            return data["feedback"]
-        self.fault_executed_action = action
-        self._after(data)
-        return f"{self._view}{SEP}(The page took {delay / 1000:.2f} s to load.)"
+            return FaultOutcome(data["feedback"], "none", None, 0.0, True)
+        reward = self._after(data)
+        if kind == "stale_page":
+            return FaultOutcome(data["stale_view"], "observation", action, reward)
+        note = f"(The page took {delay / 1000:.2f} s to load.)"
+        return FaultOutcome(f"{self._view}{SEP}{note}", "observation", action, reward)
 
     # ---------------------------------------------------------------- snapshots
     def _snapshot_state(self) -> dict[str, Any]:

@@ -16,12 +16,10 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from budget_envs.core import UNREACHABLE
 from budget_envs.envs.webshop.tasks import PAGE_SIZE, Task
 
-__all__ = ["UNREACHABLE", "oracle"]
-
-#: cost_to_go of a finished episode that was lost.
-UNREACHABLE = 10**6
+__all__ = ["oracle"]
 
 _SUCCESS = "success"
 

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from budget_envs.envs.webshop.catalogue import Product
+from budget_envs.errors import TaskGenerationError
 
 if TYPE_CHECKING:
     from budget_envs.envs.webshop.shop import Shop
@@ -38,10 +39,6 @@ __all__ = ["LEVELS", "GoalItem", "Task", "TaskGenerationError", "make_task", "pa
 
 LEVELS = (1, 2, 3, 4, 5)
 PAGE_SIZE = 10
-
-
-class TaskGenerationError(RuntimeError):
-    """No task meeting the level's constraints was found (should not happen on 10k products)."""
 
 
 @dataclass

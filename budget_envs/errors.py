@@ -1,0 +1,117 @@
+"""Every exception budget-envs raises, in one hierarchy rooted at :class:`gymnasium.error.Error`.
+
+``except budget_envs.errors.BudgetEnvsError`` catches anything the suite raises on purpose, and
+``except gymnasium.error.Error`` catches it together with Gymnasium's own errors. A class also
+derives from the builtin its callers have always caught (``ValueError``, ``RuntimeError``,
+``TimeoutError``), so existing ``except`` clauses keep working. No name here repeats a name of
+:mod:`gymnasium.error`.
+
+Example:
+    >>> import gymnasium
+    >>> from budget_envs.errors import ActionRejected, BudgetEnvsError
+    >>> issubclass(ActionRejected, BudgetEnvsError) and issubclass(BudgetEnvsError, gymnasium.error.Error)
+    True
+"""
+
+from __future__ import annotations
+
+from gymnasium import error as _gym_error
+
+__all__ = [
+    "ActionRejected",
+    "AgentError",
+    "BudgetEnvsError",
+    "BudgetExhausted",
+    "DerivationError",
+    "EpisodeOver",
+    "ExpertError",
+    "GameFileError",
+    "GenerationError",
+    "GenerationTimeout",
+    "ShopHTTPError",
+    "TaskGenerationError",
+    "ToolError",
+    "UnknownFaultKind",
+    "WebShopServerError",
+]
+
+
+class BudgetEnvsError(_gym_error.Error):
+    """Root of every exception budget-envs raises on purpose."""
+
+
+# ---------------------------------------------------------------------- turns and faults
+class ActionRejected(BudgetEnvsError):
+    """A family's ``_execute`` rejects an action; the message is the feedback the agent sees.
+
+    Raised *before* any state changes, so the turn leaves the state untouched. The core turns it
+    into an ordinary turn with ``info["invalid_action"] = True``; it never reaches the caller of
+    ``step``.
+    """
+
+
+class ToolError(BudgetEnvsError):
+    """A well-formed tool call the tool refuses (unknown id, wrong state); nothing was changed."""
+
+
+class UnknownFaultKind(BudgetEnvsError, ValueError):
+    """A fault kind the env does not offer (neither generic nor one of its ``fault_kinds()``)."""
+
+
+# ---------------------------------------------------------------------- web shop
+class WebShopServerError(BudgetEnvsError, RuntimeError):
+    """The shop server did not answer as expected (dead, restarted, or failing)."""
+
+
+class ShopHTTPError(BudgetEnvsError):
+    """Inside the shop server: a request gets an error answer (status code and message)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# ---------------------------------------------------------------------- tasks and games
+class TaskGenerationError(BudgetEnvsError, RuntimeError):
+    """No task meeting the level's constraints was found."""
+
+
+class GenerationError(BudgetEnvsError, RuntimeError):
+    """TextWorld could not make or compile the requested game."""
+
+
+class GenerationTimeout(GenerationError, TimeoutError):
+    """Making a game took longer than the allowed time."""
+
+
+class GameFileError(BudgetEnvsError, ValueError):
+    """A game file that cannot be played: the message names the file and the cause."""
+
+
+class ExpertError(BudgetEnvsError, RuntimeError):
+    """The oracle cannot produce an action (expert timeout, failure, or no plan)."""
+
+
+# ---------------------------------------------------------------------- training and evaluation
+class BudgetExhausted(BudgetEnvsError, RuntimeError):
+    """A tool call after the turn budget ran out (TRL shows the message as a tool error)."""
+
+
+class EpisodeOver(BudgetEnvsError, RuntimeError):
+    """A tool call after the episode ended (won or lost)."""
+
+
+class AgentError(BudgetEnvsError, RuntimeError):
+    """The agent could not produce an action (e.g. its endpoint kept failing after retries).
+
+    The runner records the episode as an error, never as a failure of the task.
+    """
+
+
+class DerivationError(BudgetEnvsError, ValueError):
+    """A Pass@(K,T) value was asked for that the recorded runs cannot support.
+
+    Raised when a smaller T would have to be derived from budget-visible runs (the agent saw the
+    budget, so a run at T_max says nothing about a run at T), or when no run covers T.
+    """
