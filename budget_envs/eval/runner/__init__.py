@@ -23,9 +23,11 @@ from budget_envs.eval.runner.plan import (
     EpisodeJob,
     EvalPlan,
     ProbeJob,
+    TaskSelection,
     default_t_max,
     episode_seed,
     plan_jobs,
+    select_tasks,
 )
 from budget_envs.eval.runner.probe import run_probe
 from budget_envs.eval.runner.records import (
@@ -43,6 +45,7 @@ __all__ = [
     "EpisodeRecord",
     "EvalPlan",
     "RunResult",
+    "TaskSelection",
     "ProbeJob",
     "ProbeRecord",
     "RECORDS_FILE",
@@ -56,5 +59,6 @@ __all__ = [
     "run_jobs",
     "run_plan",
     "run_probe",
+    "select_tasks",
     "transcript",
 ]

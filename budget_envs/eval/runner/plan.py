@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,10 +19,12 @@ __all__ = [
     "EpisodeJob",
     "EvalPlan",
     "ProbeJob",
+    "TaskSelection",
     "default_t_max",
     "episode_seed",
     "make_env",
     "plan_jobs",
+    "select_tasks",
 ]
 
 
@@ -79,7 +81,8 @@ class EvalPlan:
         env_ids: registered ids.
         agents: name -> agent spec (``"random"``, ``"oracle:epsilon=0.3"``, ``"chat:..."``) or an
             :class:`~budget_envs.eval.agents.Agent` instance (picklable for workers and Ray).
-        tasks: the first ``tasks`` task ids of each env, or a list of ids or indices.
+        tasks: a count of tasks per env, spread over the family's levels when it has them
+            (see :func:`select_tasks`), or a list of task ids or indices.
         samples: episodes per task (n of Pass@(K,T)).
         budgets: turn budgets; None = each env's default ``T_max``. Budget-hidden runs use only
             the largest; budget-visible runs use each.
@@ -167,16 +170,83 @@ def default_t_max(env_id: str) -> int:
     return int(parse_budget(entry_for(env_id).default_budget).t_max)
 
 
-def _task_list(
-    env_id: str, tasks: int | list[Any], env_kwargs: Mapping[str, Any]
-) -> list[tuple[int, str]]:
-    env = make_env(env_id, budget=None, **env_kwargs)
+@dataclass(frozen=True)
+class TaskSelection:
+    """The tasks a plan evaluates on one env, and how they were chosen (kept in ``config.json``).
+
+    Attributes:
+        env_id: the env.
+        tasks: ``(index, task_id)`` pairs in task-list order.
+        stratified_by: ``"level"`` when a count of tasks was spread over the family's levels
+            (its ``task_level`` hook); None when the tasks were listed or the family has no
+            levels (then the first tasks of the list are taken).
+        per_level: chosen tasks per level, in the family's level order (None when not
+            stratified).
+    """
+
+    env_id: str
+    tasks: tuple[tuple[int, str], ...]
+    stratified_by: str | None = None
+    per_level: tuple[tuple[Any, int], ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task_ids": [t for _, t in self.tasks],
+            "task_indices": [i for i, _ in self.tasks],
+            "stratified_by": self.stratified_by,
+            "per_level": None
+            if self.per_level is None
+            else [{"level": level, "tasks": n} for level, n in self.per_level],
+        }
+
+
+def _stratified(ids: Sequence[str], count: int, level_of: Any) -> TaskSelection | None:
+    """``count`` tasks dealt round-robin over the levels (first tasks of each level first)."""
+    groups: dict[Any, list[int]] = {}
+    for i, task_id in enumerate(ids):
+        groups.setdefault(level_of(task_id), []).append(i)
+    if len(groups) < 2:
+        return None
+    chosen: dict[Any, list[int]] = {level: [] for level in groups}
+    left = min(count, len(ids))
+    depth = 0
+    while left:
+        for level, members in groups.items():
+            if left and depth < len(members):
+                chosen[level].append(members[depth])
+                left -= 1
+        depth += 1
+    picked = sorted(i for members in chosen.values() for i in members)
+    return TaskSelection(
+        env_id="",
+        tasks=tuple((i, ids[i]) for i in picked),
+        stratified_by="level",
+        per_level=tuple((level, len(members)) for level, members in chosen.items()),
+    )
+
+
+def select_tasks(
+    env_id: str, tasks: int | list[Any], env_kwargs: Mapping[str, Any] | None = None
+) -> TaskSelection:
+    """The tasks of ``env_id`` a plan's ``tasks`` names.
+
+    A count is spread over the family's levels when the env has a ``task_level(task_id)`` hook
+    (so ``tasks=50`` on a five-level family plays 10 tasks of each level, not the 50 easiest);
+    otherwise it takes the first tasks. A list names task ids or indices.
+    """
+    env = make_env(env_id, budget=None, **dict(env_kwargs or {}))
     try:
-        ids = list(env.unwrapped.task_ids)
+        unwrapped = env.unwrapped
+        ids = list(unwrapped.task_ids)
+        level_of = getattr(unwrapped, "task_level", None)
+        if isinstance(tasks, int) and callable(level_of):
+            spread = _stratified(ids, tasks, level_of)
+            if spread is not None:
+                return dataclasses.replace(spread, env_id=env_id)
     finally:
         env.close()
     if isinstance(tasks, int):
-        return list(enumerate(ids[:tasks]))
+        return TaskSelection(env_id, tuple(enumerate(ids[:tasks])))
     out = []
     index = {t: i for i, t in enumerate(ids)}
     for t in tasks:
@@ -188,18 +258,24 @@ def _task_list(
             out.append((index[t], t))
         else:
             raise ValueError(f"unknown task {t!r} for {env_id}; e.g. {ids[:3]!r}")
-    return out
+    return TaskSelection(env_id, tuple(out))
 
 
-def plan_jobs(plan: EvalPlan) -> list[EpisodeJob | ProbeJob]:
-    """Expand a plan into jobs, in a fixed order."""
+def plan_jobs(
+    plan: EvalPlan, selections: Mapping[str, TaskSelection] | None = None
+) -> list[EpisodeJob | ProbeJob]:
+    """Expand a plan into jobs, in a fixed order (``selections``: :func:`select_tasks` of each
+    env, when already made)."""
     jobs: list[EpisodeJob | ProbeJob] = []
     hidden = plan.visibility == "hidden"
     for env_id in plan.env_ids:
         budgets = sorted(set(plan.budgets)) if plan.budgets else [default_t_max(env_id)]
         t_max = max(budgets)
         run_budgets = [t_max] if hidden else budgets
-        tasks = _task_list(env_id, plan.tasks, plan.env_kwargs)
+        selection = (selections or {}).get(env_id) or select_tasks(
+            env_id, plan.tasks, plan.env_kwargs
+        )
+        tasks = selection.tasks
         for agent in plan.agents:
             for task_index, task_id in tasks:
                 settings: list[int | None] = [None] + list(plan.fault_turns)

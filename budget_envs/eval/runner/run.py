@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from budget_envs.eval.runner.local import iter_process
-from budget_envs.eval.runner.plan import EvalPlan, plan_jobs
+from budget_envs.eval.runner.plan import EvalPlan, plan_jobs, select_tasks
 from budget_envs.eval.runner.ray_backend import iter_ray
 from budget_envs.eval.runner.records import CONFIG_FILE, RECORDS_FILE, drop_torn_tail, load_records
 from budget_envs.eval.runner.worker import run_jobs
@@ -66,11 +66,12 @@ def run_plan(
         done_keys = {r["key"] for r in load_records(run_dir) if not r.get("error")}
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / CONFIG_FILE
+    selections = {e: select_tasks(e, plan.tasks, plan.env_kwargs) for e in plan.env_ids}
     if not config_path.exists() or not resume:
-        config_path.write_text(
-            json.dumps(plan.to_json(), indent=2, default=str) + "\n", encoding="utf-8"
-        )
-    all_jobs = plan_jobs(plan)
+        config = plan.to_json()
+        config["task_selection"] = {e: s.to_json() for e, s in selections.items()}
+        config_path.write_text(json.dumps(config, indent=2, default=str) + "\n", encoding="utf-8")
+    all_jobs = plan_jobs(plan, selections)
     jobs = [j for j in all_jobs if j.key not in done_keys]
     skipped = len(all_jobs) - len(jobs)
     if on_start is not None:
