@@ -17,7 +17,35 @@ from budget_envs.eval.runner.worker import (
     run_one,
 )
 
-__all__ = ["iter_ray"]
+__all__ = ["RayUnavailable", "connect", "iter_ray"]
+
+
+class RayUnavailable(gym.error.Error, ConnectionError):
+    """The Ray back end cannot reach the cluster it was pointed at."""
+
+
+def connect(address: str) -> Any:
+    """Import Ray and connect: ``"local"`` starts a Ray in this machine, ``"auto"`` or an
+    address joins a running cluster. Returns the ``ray`` module; an initialized Ray is kept."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise gym.error.DependencyNotInstalled(
+            f'the Ray back end needs ray: pip install "budget-envs[ray]" ({exc})'
+        ) from exc
+    if not ray.is_initialized():
+        try:
+            if address == "local":
+                ray.init(include_dashboard=False, log_to_driver=False)
+            else:
+                ray.init(address=address, log_to_driver=False)
+        except ConnectionError as exc:
+            raise RayUnavailable(
+                f"no Ray cluster at {address!r} ({str(exc).splitlines()[0] if str(exc) else exc!r}); "
+                "start one with `ray start --head`, or use --ray local for a Ray on this machine"
+            ) from exc
+    return ray
+
 
 _RAY_WORKERS: dict[str, Worker] = {}
 
@@ -47,17 +75,7 @@ def iter_ray(
     address: str,
     chunk: int,
 ) -> Iterator[Any]:
-    try:
-        import ray
-    except ImportError as exc:
-        raise gym.error.DependencyNotInstalled(
-            f'the Ray back end needs ray: pip install "budget-envs[ray]" ({exc})'
-        ) from exc
-    if not ray.is_initialized():
-        if address == "local":
-            ray.init(include_dashboard=False, log_to_driver=False)
-        else:
-            ray.init(address=address, log_to_driver=False)
+    ray = connect(address)
     remote = ray.remote(_ray_chunk)
     agents_ref = ray.put(dict(agents))
     entries_ref = ray.put(registry_entries(j.env_id for j in jobs))

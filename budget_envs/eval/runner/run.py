@@ -12,7 +12,7 @@ from typing import Any
 
 from budget_envs.eval.runner.local import iter_process
 from budget_envs.eval.runner.plan import EvalPlan, plan_jobs, select_tasks
-from budget_envs.eval.runner.ray_backend import iter_ray
+from budget_envs.eval.runner.ray_backend import connect, iter_ray
 from budget_envs.eval.runner.records import CONFIG_FILE, RECORDS_FILE, drop_torn_tail, load_records
 from budget_envs.eval.runner.worker import run_jobs
 
@@ -64,6 +64,8 @@ def run_plan(
             )
         drop_torn_tail(records_path)
         done_keys = {r["key"] for r in load_records(run_dir) if not r.get("error")}
+    if ray is not None:
+        connect(ray)  # fail before anything is written when the cluster is unreachable
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / CONFIG_FILE
     selections = {e: select_tasks(e, plan.tasks, plan.env_kwargs) for e in plan.env_ids}
