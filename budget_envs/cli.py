@@ -6,10 +6,12 @@ This module is the only place in the package that prints or draws progress bars.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import importlib.util
 import json
 import logging
+import os
 import sys
 import time
 import warnings
@@ -44,6 +46,65 @@ def _json_dict(text: str) -> dict[str, Any]:
     return value
 
 
+class UsageError(Exception):
+    """A mistake on the command line: :func:`main` prints it as one line and exits with 2."""
+
+
+#: Below this many tasks, a bootstrap interval over tasks says little (a 3-task run of a perfect
+#: agent prints [1.000, 1.000]).
+MIN_TASKS_FOR_INTERVALS = 10
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("budget-envs")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _check_env_ids(env_ids: Sequence[str]) -> None:
+    """Raise :class:`UsageError` naming the closest registered id for an unknown one."""
+    from budget_envs.registry import registered_ids
+
+    known = registered_ids()
+    for env_id in env_ids:
+        if env_id in known:
+            continue
+        by_lower = {k.lower(): k for k in known}
+        by_name = {k.split("/")[-1].lower(): k for k in known}
+        guess = by_lower.get(env_id.lower()) or by_name.get(env_id.split("/")[-1].lower())
+        if guess is None:
+            close = difflib.get_close_matches(env_id, known, n=1, cutoff=0.6)
+            guess = close[0] if close else None
+        hint = f"; did you mean {guess!r}?" if guess else ""
+        raise UsageError(
+            f"unknown env id {env_id!r}{hint} (`budgetmix list` shows every registered id)"
+        )
+
+
+def _ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _few_tasks_warning(records: Sequence[Any]) -> str | None:
+    """A warning line when fewer than 10 tasks back the intervals of some env, else None."""
+    tasks: dict[str, set[str]] = {}
+    for r in records:
+        if r.get("record", "episode") == "episode":
+            tasks.setdefault(r["env_id"], set()).add(r["task_id"])
+    few = {env: len(ids) for env, ids in tasks.items() if len(ids) < MIN_TASKS_FOR_INTERVALS}
+    if not few:
+        return None
+    which = ", ".join(f"{env}: {n}" for env, n in sorted(few.items()))
+    return (
+        f"warning: fewer than {MIN_TASKS_FOR_INTERVALS} tasks back the confidence intervals "
+        f"({which}); the bootstrap over so few tasks is not reliable, use --tasks "
+        f"{MIN_TASKS_FOR_INTERVALS} or more"
+    )
+
+
 def _agents(values: Sequence[str]) -> dict[str, str]:
     """``NAME=SPEC`` or just ``SPEC`` (then the agent's own name is used)."""
     from budget_envs.eval.agents import make_agent
@@ -55,11 +116,17 @@ def _agents(values: Sequence[str]) -> dict[str, str]:
             key, spec = name, spec
         else:
             spec = value
-            key = make_agent(spec).name
+        try:
+            agent = make_agent(spec)  # checks the spec now, not in the first episode
+        except (TypeError, ValueError) as exc:
+            hint = ""
+            if spec.startswith("chat") and "base_url" not in spec:
+                hint = "; a chat agent needs base_url, e.g. chat:base_url=http://127.0.0.1:8000/v1,model=NAME"
+            raise UsageError(f"bad --agent {value!r}: {exc}{hint}") from None
+        if not eq or ":" in name or "," in name:
+            key = agent.name
         if key in out:
-            raise SystemExit(
-                f"budgetmix: agent name {key!r} given twice; use NAME=SPEC to tell them apart"
-            )
+            raise UsageError(f"agent name {key!r} given twice; use NAME=SPEC to tell them apart")
         out[key] = spec
     return out
 
@@ -126,22 +193,29 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
 
 # ---------------------------------------------------------------------- eval
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
-    from budget_envs.eval.runner import EvalPlan, run_plan
+    import gymnasium as gym
 
-    plan = EvalPlan(
-        env_ids=list(args.env_ids),
-        agents=_agents(args.agent or ["random"]),
-        tasks=args.tasks,
-        samples=args.samples,
-        budgets=args.budgets,
-        visibility=args.visibility,
-        fault_turns=args.fault_turns or [],
-        fault_kinds=tuple(args.fault_kinds.split(",")),
-        probe_states=args.probe_states,
-        track_oracle=not args.no_oracle,
-        seed=args.seed,
-        env_kwargs=args.env_kwargs or {},
-    )
+    from budget_envs.eval.runner import EvalPlan, load_records, run_plan
+    from budget_envs.eval.runner.ray_backend import RayUnavailable
+
+    _check_env_ids(args.env_ids)
+    try:
+        plan = EvalPlan(
+            env_ids=list(args.env_ids),
+            agents=_agents(args.agent or ["random"]),
+            tasks=args.tasks,
+            samples=args.samples,
+            budgets=args.budgets,
+            visibility=args.visibility,
+            fault_turns=args.fault_turns or [],
+            fault_kinds=tuple(args.fault_kinds.split(",")),
+            probe_states=args.probe_states,
+            track_oracle=not args.no_oracle,
+            seed=args.seed,
+            env_kwargs=args.env_kwargs or {},
+        )
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
     progress = _Progress("eval", enabled=not args.quiet)
     try:
         result = run_plan(
@@ -154,8 +228,11 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             on_record=progress.record,
         )
     except FileExistsError as exc:
-        print(f"budgetmix eval: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
+    except RayUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    except gym.error.DependencyNotInstalled as exc:
+        raise UsageError(str(exc)) from None
     finally:
         progress.close()
     print(
@@ -163,6 +240,9 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         f"{result.errors} errors). Next: budgetmix report {result.run_dir}",
         file=out,
     )
+    warning = _few_tasks_warning(load_records(result.run_dir))
+    if warning:
+        print(warning, file=sys.stderr)
     return 1 if result.errors else 0
 
 
@@ -186,6 +266,9 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         print(f"budgetmix report: {exc}; or pass --no-figures for the tables only", file=sys.stderr)
         return 2
     print(result.text, file=out)
+    warning = _few_tasks_warning(records)
+    if warning:
+        print(warning, file=sys.stderr)
     print(
         f"\nWrote {result.markdown}, {len(result.tables)} CSV tables and {len(result.figures)} figures to {out_dir}",
         file=out,
@@ -229,6 +312,7 @@ def cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_play(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
     import gymnasium as gym
 
+    _check_env_ids([args.env_id])
     kwargs: dict[str, Any] = dict(args.env_kwargs or {})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -465,6 +549,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     out_dir = Path(args.out)
     env_ids, source = _demo_ids()
     if args.env:
+        _check_env_ids(args.env)
         env_ids, source = list(args.env), "ids given with --env"
     if not env_ids:
         print("budgetmix demo: no env is registered, so there is nothing to evaluate.", file=out)
@@ -480,6 +565,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
             usable.append(env_id)
     for env_id, why in skipped:
         print(f"SKIPPED {env_id}: {why}", file=out)
+    strict = args.strict or _ci()
     if not usable:
         return 1
     agents = {
@@ -579,6 +665,9 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
                 table = table[:2] + _middle_budget_rows(table[2:])
                 section += " (at the middle budget; every budget is in the report)"
             print(f"\n{section}\n" + "\n".join(table), file=out)
+    warning = _few_tasks_warning(all_records)
+    if warning:
+        print(warning, file=sys.stderr)
     for c in comps:
         print("\n" + c.text, file=out)
     for env_id in usable:
@@ -605,6 +694,13 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
         f"records under {runs}; {time.perf_counter() - start:.0f} s.",
         file=out,
     )
+    if skipped and strict:
+        print(
+            f"FAILED: {len(skipped)} of {len(env_ids)} families were skipped "
+            f"({', '.join(e for e, _ in skipped)}); a skip fails the demo under CI=true or --strict",
+            file=out,
+        )
+        return 1
     return rc
 
 
@@ -650,6 +746,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="budgetmix", description="BudgetMix: text-agent envs under a turn budget."
     )
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     sub.add_parser("list", help="list the registered env ids")
@@ -663,7 +760,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="random | oracle | oracle:epsilon=0.3 | chat:base_url=URL,model=NAME[,temperature=0.7,"
         "api_key_env=VAR,max_tokens=256,history=20,retries=3,timeout=60] (repeatable)",
     )
-    e.add_argument("--tasks", type=int, default=5, help="first N tasks of each env (default 5)")
+    e.add_argument(
+        "--tasks",
+        type=int,
+        default=5,
+        help="N tasks of each env, spread over its levels (default 5; intervals need 10+)",
+    )
     e.add_argument(
         "--samples", type=int, default=4, help="episodes per task: n of Pass@(K,T) (default 4)"
     )
@@ -753,6 +855,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--env", action="append", default=None, help="only these ids (repeatable)")
     d.add_argument("--no-figures", action="store_true")
     d.add_argument("--quiet", action="store_true", help="no progress bars")
+    d.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit non-zero when a family is skipped (always on under CI=true)",
+    )
     return p
 
 
@@ -790,9 +897,13 @@ def main(
         "export-webshop": cmd_export_webshop,
         "demo": cmd_demo,
     }
-    if args.command == "play":
-        return cmd_play(args, out, stdin or sys.stdin)
-    return handlers[args.command](args, out)
+    try:
+        if args.command == "play":
+            return cmd_play(args, out, stdin or sys.stdin)
+        return handlers[args.command](args, out)
+    except UsageError as exc:
+        print(f"budgetmix {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

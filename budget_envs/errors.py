@@ -28,6 +28,7 @@ __all__ = [
     "GameFileError",
     "GenerationError",
     "GenerationTimeout",
+    "RayUnavailable",
     "ShopHTTPError",
     "TaskGenerationError",
     "ToolError",
@@ -115,3 +116,7 @@ class DerivationError(BudgetEnvsError, ValueError):
     Raised when a smaller T would have to be derived from budget-visible runs (the agent saw the
     budget, so a run at T_max says nothing about a run at T), or when no run covers T.
     """
+
+
+class RayUnavailable(BudgetEnvsError, ConnectionError):
+    """The Ray back end cannot reach the cluster it was pointed at."""

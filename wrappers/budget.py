@@ -7,6 +7,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from budget_envs.wrappers.budget_spec import BudgetSpec, parse_budget
+from gymnasium.envs.registration import EnvSpec
 
 from budget_envs.core import PRINTABLE
 
@@ -102,9 +103,11 @@ class BudgetWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
             raise ValueError(f"warn_within must be at least 1, got {warn_within!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
             raise TypeError(f"seed must be an int or None, got {seed!r}")
+        # The canonical JSON form, not the object given: (5, 20) would come back from JSON as the
+        # two-item list [5, 20] (a choice), and LogUniform or int-keyed mappings not at all.
         gym.utils.RecordConstructorArgs.__init__(
             self,
-            budget=budget,
+            budget=spec.to_json(),
             visibility=visibility,
             template=template,
             warn_within=warn_within,
@@ -128,6 +131,37 @@ class BudgetWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
         self._used = 0
         self._first_success: int | None = None
         self._over = False
+
+    @property
+    def spec(self) -> EnvSpec | None:
+        """The env spec, with a ``budget=`` keyword of ``gymnasium.make`` in canonical JSON form.
+
+        ``gymnasium.make(id, budget=(5, 20))`` stores ``(5, 20)`` in ``env.spec.kwargs``, and
+        ``EnvSpec.to_json()`` would turn it into ``[5, 20]``, a choice between 5 and 20. When this
+        wrapper is the one that keyword built (the innermost BudgetWrapper, same spec), the
+        keyword is rewritten to ``"5..20"``, so ``gymnasium.make(EnvSpec.from_json(
+        env.spec.to_json()))`` draws from the same distribution.
+        """
+        if self._cached_spec is not None:
+            return self._cached_spec
+        env_spec = super().spec
+        if env_spec is None or env_spec.kwargs.get("budget") is None or self._wraps_budget():
+            return env_spec
+        try:
+            built_here = parse_budget(env_spec.kwargs["budget"]) == self.budget_spec
+        except (TypeError, ValueError):
+            built_here = False
+        if built_here:
+            env_spec.kwargs["budget"] = self.budget_spec.to_json()
+        return env_spec
+
+    def _wraps_budget(self) -> bool:
+        env = self.env
+        while isinstance(env, gym.Wrapper):
+            if isinstance(env, BudgetWrapper):
+                return True
+            env = env.env
+        return False
 
     @property
     def limit(self) -> int:

@@ -5,7 +5,8 @@
 ==========================  ==================================================
 ``10``                      fixed T = 10
 ``(5, 20)``                 uniform integer in [5, 20], both ends included
-``[8, 16, 32]``             uniform over the listed values
+``[8, 16, 32]``             uniform over the listed values (a two-item list
+                            ``[5, 20]`` is a choice of 5 or 20, not a range)
 ``{8: 1, 32: 3}``           weighted: P(T) proportional to the weight
 ``LogUniform(4, 64)``       log-uniform integer in [4, 64]
 ``Schedule({0: 10, 500: 20, 1000: (20, 30)})``  a curriculum over episodes:
@@ -17,13 +18,28 @@
 Every spec draws from the generator it is given (the wrapper's seeded one), knows its exact
 distribution (``pmf``) and its largest value (``t_max``), and compares equal to a spec built from
 the same arguments, so ``gymnasium.make(env.spec)`` rebuilds the same wrapper.
+
+JSON has no tuples and no integer keys, so a Python ``(5, 20)`` would come back from JSON as the
+two-item list ``[5, 20]``. Each spec therefore has one canonical JSON form (:meth:`BudgetSpec.
+to_json`), which :func:`parse_budget` reads back to an equal spec: ``10``, ``"5..20"``,
+``[8, 16, 32]``, ``{"8": 1, "32": 3}``, ``"log:4..64"`` and ``{"schedule": {"0": 10, "500":
+"20..30"}}``. The BudgetWrapper records this form, so an env spec survives ``EnvSpec.to_json()``
+and YAML, Hydra or W&B configs.
+
+Example:
+    >>> parse_budget((5, 20)).to_json()
+    '5..20'
+    >>> parse_budget({8: 1, 32: 3}).to_json()
+    {'8': 1, '32': 3}
+    >>> parse_budget("log:4..64") == parse_budget(LogUniform(4, 64).to_json())
+    True
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +52,7 @@ __all__ = [
     "LogUniform",
     "Schedule",
     "Uniform",
+    "budget_to_json",
     "parse_budget",
 ]
 
@@ -69,6 +86,11 @@ class BudgetSpec:
         """The smallest T this spec can ever draw."""
         raise NotImplementedError
 
+    def to_json(self) -> Any:
+        """The canonical JSON form: plain JSON values that :func:`parse_budget` reads back to a
+        spec that compares equal (and so draws the same T from the same generator)."""
+        raise NotImplementedError
+
 
 @dataclass(frozen=True)
 class Fixed(BudgetSpec):
@@ -80,6 +102,9 @@ class Fixed(BudgetSpec):
         object.__setattr__(self, "turns", _turns(self.turns, "budget"))
 
     def sample(self, rng: np.random.Generator, episode: int = 0) -> int:
+        return self.turns
+
+    def to_json(self) -> int:
         return self.turns
 
     def pmf(self, episode: int = 0) -> dict[int, float]:
@@ -111,6 +136,9 @@ class Uniform(BudgetSpec):
 
     def sample(self, rng: np.random.Generator, episode: int = 0) -> int:
         return int(rng.integers(self.low, self.high + 1))
+
+    def to_json(self) -> str:
+        return f"{self.low}..{self.high}"
 
     def pmf(self, episode: int = 0) -> dict[int, float]:
         n = self.high - self.low + 1
@@ -160,6 +188,18 @@ class Choice(BudgetSpec):
         index = int(np.searchsorted(self._cumulative, rng.random(), side="right"))
         return self.values[min(index, len(self.values) - 1)]
 
+    def to_json(self) -> list[int] | dict[str, int | float]:
+        """``[8, 16, 32]`` when every weight is 1, else ``{"8": 1, "32": 3}`` (keys in order).
+
+        A value listed twice in a weighted choice becomes one key with the summed weight: the
+        same pmf, though no longer an equal spec."""
+        if all(w == 1.0 for w in self.weights):
+            return list(self.values)
+        out: dict[str, int | float] = {}
+        for v, w in zip(self.values, self.weights):
+            out[str(v)] = out.get(str(v), 0.0) + w
+        return {k: int(w) if float(w).is_integer() else w for k, w in out.items()}
+
     def pmf(self, episode: int = 0) -> dict[int, float]:
         total = sum(self.weights)
         out: dict[int, float] = {}
@@ -196,6 +236,9 @@ class LogUniform(BudgetSpec):
         u = rng.uniform(math.log(self.low), math.log(self.high + 1))
         return min(max(int(math.exp(u)), self.low), self.high)
 
+    def to_json(self) -> str:
+        return f"log:{self.low}..{self.high}"
+
     def pmf(self, episode: int = 0) -> dict[int, float]:
         z = math.log((self.high + 1) / self.low)
         return {t: math.log((t + 1) / t) / z for t in range(self.low, self.high + 1)}
@@ -229,6 +272,8 @@ class Schedule(BudgetSpec):
                 f"got {stages!r}"
             ) from None
         parsed = []
+        # JSON object keys are strings: "500" is episode 500.
+        pairs = [(int(s) if isinstance(s, str) and s.isdigit() else s, v) for s, v in pairs]
         for start, spec in sorted(pairs, key=lambda p: p[0]):
             if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or start < 0:
                 raise ValueError(f"Schedule stage starts must be ints >= 0, got {start!r}")
@@ -247,6 +292,9 @@ class Schedule(BudgetSpec):
 
     def sample(self, rng: np.random.Generator, episode: int = 0) -> int:
         return self.stage(episode).sample(rng, episode)
+
+    def to_json(self) -> dict[str, dict[str, Any]]:
+        return {"schedule": {str(start): spec.to_json() for start, spec in self.stages}}
 
     def pmf(self, episode: int = 0) -> dict[int, float]:
         return self.stage(episode).pmf(episode)
@@ -319,10 +367,20 @@ def parse_budget(spec: Any) -> BudgetSpec:
             return Schedule(spec["schedule"])
         if set(spec) == {"uniform"}:
             return Uniform(*spec["uniform"])
-        return Choice(tuple(spec.keys()), tuple(spec.values()))
-    if isinstance(spec, (list, np.ndarray)):
+        # {T: weight}; JSON (and so the canonical form) spells T as a string: {"8": 1}.
+        values = tuple(int(k) if isinstance(k, str) and k.strip().isdigit() else k for k in spec)
+        return Choice(values, tuple(spec.values()))
+    if isinstance(spec, (list, np.ndarray)) or (
+        isinstance(spec, Sequence) and not isinstance(spec, (str, bytes))
+    ):
+        # Any other sequence (a YAML or OmegaConf list) is a list: a choice, never a range.
         return Choice(tuple(spec))
     raise TypeError(
         "budget must be an int, (low, high), a list of ints, a {T: weight} mapping, "
         f"LogUniform, Schedule or a string such as '5..20'; got {spec!r}"
     )
+
+
+def budget_to_json(spec: Any) -> Any:
+    """The canonical JSON form of any budget :func:`parse_budget` accepts (see the module)."""
+    return parse_budget(spec).to_json()

@@ -238,6 +238,16 @@ class AlfWorldEnv(TextAgentEnv):
                 self._ids = [s.task_id for s in specs]
         return self._ids
 
+    def task_level(self, task_id: str) -> str | None:
+        """The task type of a generated ``task_id`` (None for a dataset game), the stratum of
+        ``budgetmix eval --tasks N``."""
+        self.task_ids  # noqa: B018  (builds the task tables on first use)
+        if task_id in self._specs:
+            return self._specs[task_id].task_type
+        if task_id in self._paths:
+            return None
+        raise ValueError(f"unknown task {task_id!r}; e.g. {list(self.task_ids[:3])!r}")
+
     @property
     def data_root(self) -> Path:
         """The folder holding ``json_2.1.1/`` for the generated tasks of this env."""

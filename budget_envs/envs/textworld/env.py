@@ -289,6 +289,15 @@ class TextWorldEnv(TextAgentEnv):
     def task_ids(self) -> Sequence[str]:
         return self._ids
 
+    def task_level(self, task_id: str) -> int | None:
+        """The level of a generated ``task_id`` (None for a game file), the stratum of
+        ``budgetmix eval --tasks N``."""
+        if task_id in self._files:
+            return None
+        if task_id not in self._specs:
+            raise ValueError(f"unknown task {task_id!r}; e.g. {list(self._ids[:3])!r}")
+        return self._specs[task_id].level
+
     def game_path(self, task_id: str) -> Path:
         """The ``.z8`` of ``task_id``, generating it first if it is not cached yet."""
         if task_id in self._files:

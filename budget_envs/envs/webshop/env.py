@@ -219,6 +219,13 @@ class WebShopEnv(TextAgentEnv):
         """``L<level>-<index>`` for every configured level and index."""
         return self._ids
 
+    def task_level(self, task_id: str) -> int:
+        """The difficulty level of ``task_id`` (the stratum of ``budgetmix eval --tasks N``)."""
+        head = task_id.split("-", 1)[0] if isinstance(task_id, str) else ""
+        if not (head[:1] == "L" and head[1:].isdigit()):
+            raise ValueError(f"unknown task {task_id!r}; e.g. {list(self.task_ids[:3])!r}")
+        return int(head[1:])
+
     def _load(self, task_id: str) -> str:
         if self._server is not None and not self._server.alive:
             logger.warning("the web shop server at %s died; restarting it", self._server.base_url)

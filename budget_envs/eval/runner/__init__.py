@@ -1,0 +1,64 @@
+"""The evaluation runner: tasks x samples x budgets x fault settings, locally or on Ray.
+
+A run is a directory holding ``config.json`` (the plan) and ``records.jsonl`` (one JSON line per
+finished episode or single-step probe, appended and flushed as each one ends, by the driver
+only). ``resume=True`` skips every episode already recorded without an error, so a killed run
+loses nothing it finished.
+
+Budget-hidden agents run once per sample at ``T_max``: the first-success turn gives every smaller
+T (see :func:`budget_envs.eval.metrics.first_success_matrix`). Budget-visible agents run once per
+T. Episode seeds depend on (run seed, task, sample) only, so the episodes of different budgets
+and fault settings are paired.
+
+The runner is split by concern: :mod:`.plan` (plans and jobs), :mod:`.episode` and :mod:`.probe`
+(the drivers), :mod:`.worker` (per-process state, the in-process back end), :mod:`.local`
+(worker processes), :mod:`.ray_backend` (Ray tasks), :mod:`.records` (JSONL records) and
+:mod:`.run` (a whole run). Every public name is importable from here.
+"""
+
+from __future__ import annotations
+
+from budget_envs.eval.runner.episode import agrees, run_episode, transcript
+from budget_envs.eval.runner.plan import (
+    EpisodeJob,
+    EvalPlan,
+    ProbeJob,
+    TaskSelection,
+    default_t_max,
+    episode_seed,
+    plan_jobs,
+    select_tasks,
+)
+from budget_envs.eval.runner.probe import run_probe
+from budget_envs.eval.runner.records import (
+    CONFIG_FILE,
+    RECORDS_FILE,
+    EpisodeRecord,
+    ProbeRecord,
+    load_records,
+)
+from budget_envs.eval.runner.run import RunResult, run_plan
+from budget_envs.eval.runner.worker import run_jobs
+
+__all__ = [
+    "EpisodeJob",
+    "EpisodeRecord",
+    "EvalPlan",
+    "RunResult",
+    "TaskSelection",
+    "ProbeJob",
+    "ProbeRecord",
+    "RECORDS_FILE",
+    "CONFIG_FILE",
+    "agrees",
+    "default_t_max",
+    "episode_seed",
+    "load_records",
+    "plan_jobs",
+    "run_episode",
+    "run_jobs",
+    "run_plan",
+    "run_probe",
+    "select_tasks",
+    "transcript",
+]

@@ -1,0 +1,184 @@
+"""The episode driver: one episode of a job, agent and env, into an :class:`EpisodeRecord`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+
+from budget_envs.core import TextAgentEnv
+from budget_envs.eval.agents import AgentError
+from budget_envs.eval.runner.plan import EpisodeJob, default_t_max, make_env
+from budget_envs.eval.runner.records import EpisodeRecord
+
+__all__ = ["agrees", "run_episode", "transcript"]
+
+logger = logging.getLogger(__name__)
+
+#: Keys a real agent would not see; removed from the info handed to agents.
+_HIDDEN_KEYS = ("fault", "faults", "episode_summary")
+
+
+def _canon(action: str) -> str:
+    text = action.strip()
+    if text[:1] in "{[":
+        try:
+            return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+        except ValueError:
+            pass
+    return " ".join(text.lower().split())
+
+
+def agrees(action: str, best: Sequence[str]) -> bool:
+    """Whether ``action`` is one of the oracle actions ``best`` (case, spacing and JSON key order
+    do not matter)."""
+    if action in best:
+        return True
+    if not isinstance(action, str):
+        return False
+    canon = _canon(action)
+    return any(canon == _canon(b) for b in best)
+
+
+def agent_info(info: Mapping[str, Any], hidden: bool) -> dict[str, Any]:
+    drop = _HIDDEN_KEYS + (("budget",) if hidden else ())
+    return {k: v for k, v in info.items() if k not in drop}
+
+
+def usage(agent: Any) -> dict[str, int] | None:
+    fn = getattr(agent, "usage", None)
+    return dict(fn()) if callable(fn) else None
+
+
+def run_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeRecord:
+    """Play one episode of ``job`` with ``agent`` on ``env`` (an env made for the job's settings).
+
+    Agent failures (:class:`AgentError`, or any exception from the agent) end the episode as an
+    error record; they are never counted as a failed task.
+    """
+    start = time.perf_counter()
+    unwrapped = env.unwrapped
+    hidden = job.visibility == "hidden"
+    memo: list[Any] = [-1, None]
+
+    def oracle() -> list[str]:
+        # One oracle call per turn, shared by the agent and the agreement bookkeeping.
+        if memo[0] != turns:
+            memo[0], memo[1] = turns, unwrapped.oracle_actions()
+        return memo[1]
+
+    turns = 0
+    bind = getattr(agent, "bind_oracle", None)
+    if bind is not None:
+        bind(oracle)
+    track = job.track_oracle and has_oracle(unwrapped)
+    agreement: list[bool | None] | None = [] if track else None
+    info: dict[str, Any] = {}
+    error = None
+    obs, info = env.reset(seed=job.seed, options={"task_id": job.task_index, "budget": job.budget})
+    try:
+        agent.reset(
+            env_id=job.env_id, observation=obs, info=agent_info(info, hidden), seed=job.seed
+        )
+        while True:
+            action = agent.act(obs, agent_info(info, hidden))
+            if agreement is not None:
+                best = oracle()
+                agreement.append(agrees(action, best) if best else None)
+            obs, _, terminated, truncated, info = env.step(action)
+            turns += 1
+            if terminated or truncated:
+                break
+    except AgentError as exc:
+        error = f"AgentError: {exc}"
+    except Exception as exc:  # a user's agent may raise anything; record it, keep the run going
+        logger.exception("agent %s failed on %s", job.agent, job.key)
+        error = f"{type(exc).__name__}: {exc}"
+    summary = info.get("episode_summary") or {}
+    first = summary.get("first_success_turn") if error is None else None
+    return EpisodeRecord(
+        env_id=job.env_id,
+        task_id=job.task_id,
+        task_index=job.task_index,
+        sample=job.sample,
+        seed=job.seed,
+        budget=job.budget,
+        visibility=job.visibility,
+        agent=job.agent,
+        fault_turn=job.fault_turn,
+        fault_kinds=None if job.fault_kinds is None else list(job.fault_kinds),
+        turns=turns,
+        won=bool(first is not None),
+        first_success_turn=first,
+        faults=[dict(f) for f in info.get("faults", ())],
+        oracle_agreement=agreement,
+        wall_time=time.perf_counter() - start,
+        tokens=usage(agent),
+        error=error,
+        key=job.key,
+    )
+
+
+def has_oracle(unwrapped: Any) -> bool:
+    method = getattr(type(unwrapped), "oracle_actions", None)
+    return method is not None and method is not TextAgentEnv.oracle_actions
+
+
+def transcript(
+    env_id: str,
+    *,
+    seed: int = 0,
+    budget: int | None = None,
+    max_turns: int | None = None,
+    agent: Any = None,
+    visibility: str = "remaining",
+    task: int = 0,
+    env_kwargs: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """One episode turn by turn (default: the oracle, budget shown), for demos and docs.
+
+    Entry 0 is the reset (``goal``, ``observation``, ``budget``); then one entry per turn with the
+    action, the observation, ``budget`` accounting and, on the last one, ``episode_summary``.
+    """
+    from budget_envs.eval.agents import OracleAgent
+
+    limit = budget if budget is not None else default_t_max(env_id)
+    env = make_env(env_id, budget=limit, visibility=visibility, **dict(env_kwargs or {}))
+    agent = agent if agent is not None else OracleAgent(seed=seed)
+    bind = getattr(agent, "bind_oracle", None)
+    if bind is not None:
+        bind(env.unwrapped.oracle_actions)
+    try:
+        obs, info = env.reset(seed=seed, options={"task_id": task})
+        turns = [
+            {"turn": 0, "goal": info.get("goal"), "observation": obs, "budget": info.get("budget")}
+        ]
+        agent.reset(
+            env_id=env_id,
+            observation=obs,
+            info=agent_info(info, visibility == "hidden"),
+            seed=seed,
+        )
+        for t in range(1, (max_turns or limit) + 1):
+            action = agent.act(obs, agent_info(info, visibility == "hidden"))
+            obs, reward, terminated, truncated, info = env.step(action)
+            entry = {
+                "turn": t,
+                "action": action,
+                "observation": obs,
+                "reward": float(reward),
+                "budget": info.get("budget"),
+                "fault": info.get("fault"),
+            }
+            if "episode_summary" in info:
+                entry["episode_summary"] = info["episode_summary"]
+            turns.append(entry)
+            if terminated or truncated:
+                break
+        return turns
+    finally:
+        env.close()

@@ -1,0 +1,87 @@
+"""The probe driver: single-step decisions from oracle-prefix states, into :class:`ProbeRecord`."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from budget_envs.eval.agents import AgentError
+from budget_envs.eval.runner.episode import agent_info, agrees, usage
+from budget_envs.eval.runner.plan import ProbeJob
+from budget_envs.eval.runner.records import ProbeRecord
+
+__all__ = ["run_probe"]
+
+logger = logging.getLogger(__name__)
+
+
+def run_probe(job: ProbeJob, agent: Any, env: gym.Env) -> ProbeRecord:
+    """Single-step probe: the oracle plays ``prefix_turns`` turns, then the agent picks one action.
+
+    The agent is told the prefix as if it had played it (``teacher_force``). Its action is scored
+    against ``oracle_actions()`` (``correct``) and by whether it lowers the oracle cost-to-go
+    (``progress``; executed on a snapshot, then the state is restored).
+    """
+    start = time.perf_counter()
+    unwrapped = env.unwrapped
+    obs, info = env.reset(seed=job.seed, options={"task_id": job.task_index})
+    bind = getattr(agent, "bind_oracle", None)
+    if bind is not None:
+        bind(unwrapped.oracle_actions)
+    error = action = correct = progress = cost = None
+    try:
+        # The env replays the task's seed; the agent gets a seed of its own per probe state, so
+        # the probes of one task are independent draws rather than one draw repeated.
+        agent_seed = int(
+            np.random.SeedSequence([job.seed, job.prefix_turns, 0x9B0BE]).generate_state(1)[0]
+        )
+        agent.reset(
+            env_id=job.env_id, observation=obs, info=agent_info(info, True), seed=agent_seed
+        )
+        done = False
+        for _ in range(job.prefix_turns):
+            best = unwrapped.oracle_actions()
+            if not best:
+                done = True
+                break
+            obs, _, terminated, _, info = env.step(best[0])
+            force = getattr(agent, "teacher_force", None)
+            if force is not None:
+                force(best[0], obs, agent_info(info, True))
+            if terminated:
+                done = True
+                break
+        if not done:
+            best = unwrapped.oracle_actions()
+            cost = int(unwrapped.cost_to_go())
+            snap = unwrapped.snapshot()
+            action = agent.act(obs, agent_info(info, True))
+            correct = agrees(action, best)
+            env.step(action)
+            progress = bool(unwrapped.won or unwrapped.cost_to_go() < cost)
+            unwrapped.restore(snap)
+    except AgentError as exc:
+        error = f"AgentError: {exc}"
+    except Exception as exc:
+        logger.exception("agent %s failed on %s", job.agent, job.key)
+        error = f"{type(exc).__name__}: {exc}"
+    return ProbeRecord(
+        env_id=job.env_id,
+        task_id=job.task_id,
+        task_index=job.task_index,
+        seed=job.seed,
+        agent=job.agent,
+        prefix_turns=job.prefix_turns,
+        action=action,
+        correct=correct,
+        progress=progress,
+        cost_before=cost,
+        wall_time=time.perf_counter() - start,
+        tokens=usage(agent),
+        error=error,
+        key=job.key,
+    )

@@ -1,0 +1,99 @@
+"""A whole run: the plan into ``config.json``, its records into ``records.jsonl``, resumable."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from budget_envs.eval.runner.local import iter_process
+from budget_envs.eval.runner.plan import EvalPlan, plan_jobs, select_tasks
+from budget_envs.eval.runner.ray_backend import connect, iter_ray
+from budget_envs.eval.runner.records import CONFIG_FILE, RECORDS_FILE, drop_torn_tail, load_records
+from budget_envs.eval.runner.worker import run_jobs
+
+__all__ = ["RunResult", "run_plan"]
+
+
+@dataclass
+class RunResult:
+    """What :func:`run_plan` did."""
+
+    run_dir: Path
+    total: int
+    skipped: int
+    ran: int
+    errors: int
+
+
+def run_plan(
+    plan: EvalPlan,
+    run_dir: str | os.PathLike[str],
+    *,
+    workers: int = 1,
+    ray: str | None = None,
+    resume: bool = False,
+    chunk: int | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+    on_record: Callable[[Any], None] | None = None,
+) -> RunResult:
+    """Run ``plan`` into ``run_dir`` (``config.json`` + ``records.jsonl``).
+
+    Args:
+        workers: local processes (1 = in this process).
+        ray: ``"auto"``, ``"local"`` or a cluster address to fan out as Ray tasks (an already
+            initialized Ray is used as is).
+        resume: skip episodes already recorded without error; otherwise an existing non-empty
+            record file is an error (no silent overwrite, no silent mixing).
+        on_start(total, skipped) and on_record(record): progress hooks (the CLI's progress bar).
+    """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    run_dir = Path(run_dir)
+    records_path = run_dir / RECORDS_FILE
+    done_keys: set[str] = set()
+    if records_path.exists() and records_path.stat().st_size > 0:
+        if not resume:
+            raise FileExistsError(
+                f"{records_path} already holds records; pass resume=True (--resume) to continue "
+                "that run, or choose a new run directory"
+            )
+        drop_torn_tail(records_path)
+        done_keys = {r["key"] for r in load_records(run_dir) if not r.get("error")}
+    if ray is not None:
+        connect(ray)  # fail before anything is written when the cluster is unreachable
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_path = run_dir / CONFIG_FILE
+    selections = {e: select_tasks(e, plan.tasks, plan.env_kwargs) for e in plan.env_ids}
+    if not config_path.exists() or not resume:
+        config = plan.to_json()
+        config["task_selection"] = {e: s.to_json() for e, s in selections.items()}
+        config_path.write_text(json.dumps(config, indent=2, default=str) + "\n", encoding="utf-8")
+    all_jobs = plan_jobs(plan, selections)
+    jobs = [j for j in all_jobs if j.key not in done_keys]
+    skipped = len(all_jobs) - len(jobs)
+    if on_start is not None:
+        on_start(len(all_jobs), skipped)
+    if chunk is None:
+        parallel = workers if ray is None else 8
+        chunk = max(1, min(16, math.ceil(len(jobs) / max(1, parallel * 4))))
+    if ray is not None:
+        stream = iter_ray(jobs, plan.agents, plan.env_kwargs, ray, chunk)
+    elif workers > 1:
+        stream = iter_process(jobs, plan.agents, plan.env_kwargs, workers, chunk)
+    else:
+        stream = run_jobs(jobs, plan.agents, plan.env_kwargs)
+    ran = errors = 0
+    with open(records_path, "a", encoding="utf-8") as fh:
+        for record in stream:
+            fh.write(json.dumps(asdict(record)) + "\n")
+            fh.flush()
+            ran += 1
+            errors += bool(record.error)
+            if on_record is not None:
+                on_record(record)
+    return RunResult(run_dir=run_dir, total=len(all_jobs), skipped=skipped, ran=ran, errors=errors)

@@ -1,0 +1,106 @@
+"""Per-process state shared by the back ends, and the in-process back end (:func:`run_jobs`).
+
+A :class:`Worker` builds each agent and each env configuration once and reuses them across the
+jobs it runs; the process-pool and Ray back ends keep one per worker process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+
+from budget_envs.eval.agents import make_agent
+from budget_envs.eval.runner.episode import run_episode
+from budget_envs.eval.runner.plan import EpisodeJob, ProbeJob, make_env
+from budget_envs.eval.runner.probe import run_probe
+from budget_envs.eval.runner.records import EpisodeRecord, ProbeRecord
+
+__all__ = ["Worker", "chunks", "registry_entries", "register_entries", "run_jobs", "run_one"]
+
+
+class Worker:
+    """Per-process state: built agents and envs, reused across jobs."""
+
+    def __init__(self, agents: Mapping[str, Any]) -> None:
+        self.agent_specs = dict(agents)
+        self.agents: dict[str, Any] = {}
+        self.envs: dict[tuple, gym.Env] = {}
+
+    def agent(self, name: str) -> Any:
+        if name not in self.agents:
+            spec = self.agent_specs[name]
+            agent = make_agent(spec) if isinstance(spec, str) else spec
+            self.agents[name] = agent
+        return self.agents[name]
+
+    def env(self, job: EpisodeJob | None, env_id: str, env_kwargs: Mapping[str, Any]) -> gym.Env:
+        if job is None:
+            key: tuple = (env_id, "bare")
+        else:
+            key = (env_id, job.visibility, job.fault_turn, job.fault_kinds)
+        if key not in self.envs:
+            if job is None:
+                self.envs[key] = make_env(env_id, budget=None, **env_kwargs)
+            else:
+                faults = None
+                if job.fault_turn is not None:
+                    faults = {
+                        "kinds": list(job.fault_kinds or ("slip",)),
+                        "at_turn": job.fault_turn,
+                        "max_faults": 1,
+                    }
+                self.envs[key] = make_env(
+                    env_id,
+                    visibility=job.visibility,
+                    budget=job.budget,
+                    faults=faults,
+                    **env_kwargs,
+                )
+        return self.envs[key]
+
+    def close(self) -> None:
+        for env in self.envs.values():
+            env.close()
+        self.envs.clear()
+
+
+def run_one(
+    worker: Worker, job: EpisodeJob | ProbeJob, env_kwargs: Mapping[str, Any]
+) -> EpisodeRecord | ProbeRecord:
+    agent = worker.agent(job.agent)
+    if isinstance(job, ProbeJob):
+        return run_probe(job, agent, worker.env(None, job.env_id, env_kwargs))
+    return run_episode(job, agent, worker.env(job, job.env_id, env_kwargs))
+
+
+def run_jobs(
+    jobs: Iterable[EpisodeJob | ProbeJob],
+    agents: Mapping[str, Any],
+    env_kwargs: Mapping[str, Any] | None = None,
+) -> Iterator[EpisodeRecord | ProbeRecord]:
+    """Run ``jobs`` one after another in this process, yielding each record as it ends."""
+    worker = Worker(agents)
+    try:
+        for job in jobs:
+            yield run_one(worker, job, env_kwargs or {})
+    finally:
+        worker.close()
+
+
+def register_entries(entries: Sequence[Any]) -> None:
+    from budget_envs.registry import register_env
+
+    for entry in entries:
+        register_env(entry)
+
+
+def chunks(jobs: list[Any], size: int) -> list[list[Any]]:
+    return [jobs[i : i + size] for i in range(0, len(jobs), size)]
+
+
+def registry_entries(env_ids: Iterable[str]) -> list[Any]:
+    from budget_envs.registry import entry_for
+
+    return [entry_for(e) for e in sorted(set(env_ids))]
