@@ -21,6 +21,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from budget_envs.errors import UsageError
+
 __all__ = ["main"]
 
 
@@ -44,10 +46,6 @@ def _json_dict(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
     return value
-
-
-class UsageError(Exception):
-    """A mistake on the command line: :func:`main` prints it as one line and exits with 2."""
 
 
 #: Below this many tasks, a bootstrap interval over tasks says little (a 3-task run of a perfect

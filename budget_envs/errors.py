@@ -33,6 +33,7 @@ __all__ = [
     "TaskGenerationError",
     "ToolError",
     "UnknownFaultKind",
+    "UsageError",
     "WebShopServerError",
 ]
 
@@ -120,3 +121,7 @@ class DerivationError(BudgetEnvsError, ValueError):
 
 class RayUnavailable(BudgetEnvsError, ConnectionError):
     """The Ray back end cannot reach the cluster it was pointed at."""
+
+
+class UsageError(BudgetEnvsError, ValueError):
+    """A mistake on the command line: ``budgetmix`` prints it as one line and exits with 2."""
