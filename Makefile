@@ -15,6 +15,10 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip "setuptools>=77.0.3"
 	$(BIN)/pip install --quiet "$(TORCH)"
 	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
+	@# textworld 1.7.0's wheel has a blank line inside its WHEEL header block, so its Tag line is
+	@# read as body and `pip check` calls it unsupported: drop the blank line (metadata only).
+	@for f in $(VENV)/lib/python*/site-packages/textworld-*.dist-info/WHEEL; do \
+	  [ -f "$$f" ] && sed -i '/^$$/d' "$$f" || true; done
 	touch $@
 
 # Headless Chromium for the web shop's browser test (Debian package; needs root and apt).
