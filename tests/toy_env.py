@@ -133,3 +133,8 @@ class ToyEnv(TextAgentEnv):
     def _inject_fault(self, kind, rng, action):
         self.room = int(rng.integers(0, self.length))
         return f"A gust of wind blows you away. {self._look()}"
+
+    def _state_digest(self) -> str:
+        return (
+            f"{self.length}|{self.key_room}|{self.room}|{int(self.has_key)}|{int(self.door_open)}"
+        )

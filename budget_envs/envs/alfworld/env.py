@@ -353,3 +353,20 @@ class AlfWorldEnv(TextAgentEnv):
             "moved": "You lose your bearings and wander off.",
         }[which]
         return f"{lead} {feedback}"
+
+    def _state_digest(self) -> str | None:
+        """The PDDL state's facts (sorted text): locations, contents, held, open, toggled."""
+        if self._engine is None or self._engine._state is None:
+            return None
+        memo = self.__dict__.setdefault("_fact_text", {})
+        if memo.get("__path__") != self._engine.path:
+            memo.clear()
+            memo["__path__"] = self._engine.path
+        out = []
+        for fact in self._engine._state.facts:
+            text = memo.get(fact)
+            if text is None:
+                text = memo[fact] = str(fact)
+            out.append(text)
+        out.sort()
+        return "\n".join(out)
