@@ -355,7 +355,12 @@ class AlfWorldEnv(TextAgentEnv):
         return f"{lead} {feedback}"
 
     def _state_digest(self) -> str | None:
-        """The PDDL state's facts (sorted text): locations, contents, held, open, toggled."""
+        """The PDDL state's facts (sorted text): locations, contents, held, open, toggled.
+
+        ``not_atlocation`` facts are left out: the compiled domain adds one for each place the
+        agent walked away from, so they record the path, not where anything is (``atlocation``
+        does; admissible actions and ``look`` do not depend on them).
+        """
         if self._engine is None or self._engine._state is None:
             return None
         memo = self.__dict__.setdefault("_fact_text", {})
@@ -366,7 +371,8 @@ class AlfWorldEnv(TextAgentEnv):
         for fact in self._engine._state.facts:
             text = memo.get(fact)
             if text is None:
-                text = memo[fact] = str(fact)
-            out.append(text)
+                text = memo[fact] = "" if fact.name == "not_atlocation" else str(fact)
+            if text:
+                out.append(text)
         out.sort()
         return "\n".join(out)
