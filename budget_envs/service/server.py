@@ -181,7 +181,9 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         if replayed is not None:
             return replayed
         if self._env is None:
-            raise RuntimeError("this session has no episode yet: send a reset first")
+            raise RuntimeError(
+                "this session has no episode yet (it is new, or an idle one was closed and the client opened a new one): send a reset first"
+            )
         text, reward, terminated, truncated, info = self._env.step(action.action)
         self._steps += 1
         self._info = info
