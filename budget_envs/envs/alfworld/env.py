@@ -359,7 +359,8 @@ class AlfWorldEnv(TextAgentEnv):
 
         ``not_atlocation`` facts are left out: the compiled domain adds one for each place the
         agent walked away from, so they record the path, not where anything is (``atlocation``
-        does; admissible actions and ``look`` do not depend on them).
+        does; admissible actions and ``look`` do not depend on them). Type and affordance facts
+        never change within a task (the task id is hashed), so they are skipped for speed.
         """
         if self._engine is None or self._engine._state is None:
             return None
@@ -369,10 +370,20 @@ class AlfWorldEnv(TextAgentEnv):
             memo["__path__"] = self._engine.path
         out = []
         for fact in self._engine._state.facts:
+            if fact.name in _UNHASHED_FACTS:
+                continue
             text = memo.get(fact)
             if text is None:
-                text = memo[fact] = "" if fact.name == "not_atlocation" else str(fact)
-            if text:
-                out.append(text)
+                text = memo[fact] = str(fact)
+            out.append(text)
         out.sort()
         return "\n".join(out)
+
+
+#: Facts ``_state_digest`` leaves out: the path record and the per-task constants.
+_UNHASHED_FACTS = frozenset(
+    (
+        "not_atlocation cancontain receptacletype objecttype pickupable openable cleanable "
+        "coolable heatable isreceptacleobject sliceable toggleable receptacleatlocation"
+    ).split()
+)
