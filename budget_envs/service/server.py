@@ -104,6 +104,10 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
+    # Every session's env runs on one shared worker thread (OpenEnv's single-thread executor),
+    # not on a thread per session: under the GIL more threads add no parallelism, and with 64+
+    # of them the hand-offs of the GIL around every SQLite call cost more than the steps.
+    REQUIRES_SINGLE_THREAD_EXECUTOR = True
 
     def __init__(self, config: ServeConfig) -> None:
         super().__init__()
@@ -445,4 +449,7 @@ def serve(
         port=port,
         log_level=log_level,
         ws_max_size=max(16 * max_bytes, 16 << 20),
+        # Observations are small JSON on a local network: compressing each one costs more CPU
+        # than it saves.
+        ws_per_message_deflate=False,
     )
