@@ -105,13 +105,13 @@ def _echo_client(url):
         def _parse_state(self, payload):
             return payload
 
-    return EchoClient(base_url=url, message_timeout_s=600)
+    return EchoClient(base_url=url, message_timeout_s=600, connect_timeout_s=600)
 
 
 def _ours_client(url):
     from budget_envs.service import BudgetEnvClient
 
-    return BudgetEnvClient(base_url=url, message_timeout_s=600)
+    return BudgetEnvClient(base_url=url, message_timeout_s=600, connect_timeout_s=600)
 
 
 def _tooluse_action():

@@ -84,7 +84,9 @@ CROSSTALK_WORKER = textwrap.dedent(
     async def one(url, seed, turns):
         local = make("BudgetMix/ToolUse-v0", budget=turns)
         rng = np.random.default_rng(seed)
-        async with BudgetEnvClient(base_url=url, message_timeout_s=300) as client:
+        async with BudgetEnvClient(
+            base_url=url, message_timeout_s=300, connect_timeout_s=300
+        ) as client:
             obs, info = local.reset(seed=seed)
             got = await client.reset(seed=seed)
             same = got.observation.text == obs and got.observation.info["state_hash"] == info["state_hash"]
@@ -109,8 +111,9 @@ CROSSTALK_WORKER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_256_concurrent_sessions_from_4_processes_no_crosstalk():
-    """Takes about 30-60 s on 2 cores: 4 processes x 64 sessions, up to 10 turns each."""
+    """About 2 minutes on a busy 2-core machine: 4 processes x 64 sessions, 10 turns each."""
     procs_n, per, turns = 4, 64, 10
     with serving("BudgetMix/ToolUse-v0", budget=turns, max_sessions=procs_n * per) as url:
         code = CROSSTALK_WORKER.format(tests=str(TESTS))
