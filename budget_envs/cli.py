@@ -524,6 +524,39 @@ def cmd_export_webshop(args: argparse.Namespace, out: TextIO) -> int:
     )
 
 
+def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
+    """``budgetmix serve ID``: the env over OpenEnv's HTTP/WebSocket protocol (openenv extra)."""
+    if importlib.util.find_spec("openenv") is None:
+        print(
+            'budgetmix serve: needs the openenv extra: pip install "budget-envs[openenv]"',
+            file=sys.stderr,
+        )
+        return 2
+    from budget_envs.service.server import serve
+
+    kwargs: dict[str, Any] = {
+        "visibility": args.visibility,
+        "env_kwargs": args.env_kwargs,
+        "max_sessions": args.max_sessions,
+        "idle_timeout": args.idle_timeout if args.idle_timeout > 0 else None,
+        "max_message_bytes": args.max_message_bytes,
+    }
+    if args.budget is not None:
+        budget = args.budget.strip()
+        kwargs["budget"] = None if budget == "none" else int(budget) if budget.isdigit() else budget
+    if args.faults:
+        text = args.faults.strip()
+        kwargs["faults"] = json.loads(text) if text[:1] in "{[" else text.split(",")
+    print(
+        f"serving {args.env_id} on http://{args.host}:{args.port} (WebSocket /ws, "
+        f"{args.max_sessions} sessions); Ctrl-C stops",
+        file=out,
+        flush=True,
+    )
+    serve(args.env_id, host=args.host, port=args.port, **kwargs)
+    return 0
+
+
 # ---------------------------------------------------------------------- demo
 def _demo_ids() -> tuple[list[str], str]:
     from budget_envs.registry import ENV_TABLE, registered_ids
@@ -838,6 +871,18 @@ def build_parser() -> argparse.ArgumentParser:
     ew = sub.add_parser("export-webshop", help="export the web shop's data")
     ew.add_argument("rest", nargs=argparse.REMAINDER)
 
+    sv = sub.add_parser("serve", help="serve an env over OpenEnv's protocol (openenv extra)")
+    sv.add_argument("env_id", metavar="ENV_ID")
+    sv.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--budget", default=None, help="budget spec (default: the env's; none: bare)")
+    sv.add_argument("--visibility", default="hidden", help="hidden, remaining, final_warning")
+    sv.add_argument("--faults", default=None, help="kinds a,b or JSON of ErrorInjection args")
+    sv.add_argument("--env-kwargs", type=_json_dict, default=None)
+    sv.add_argument("--max-sessions", type=int, default=64, help="concurrent sessions (64)")
+    sv.add_argument("--idle-timeout", type=float, default=300.0, help="seconds; 0: never")
+    sv.add_argument("--max-message-bytes", type=int, default=1 << 20)
+
     d = sub.add_parser("demo", help="the main job: reference agents on every registered family")
     d.add_argument("--out", default="demo_out", help="output directory (default demo_out)")
     d.add_argument("--tasks", type=int, default=5, help="tasks per env, spread over its task list")
@@ -894,6 +939,7 @@ def main(
         "serve-web": cmd_serve_web,
         "export-webshop": cmd_export_webshop,
         "demo": cmd_demo,
+        "serve": cmd_serve,
     }
     try:
         if args.command == "play":

@@ -24,6 +24,7 @@ Envs never truncate: turn limits belong to :class:`budget_envs.wrappers.BudgetWr
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 import string
 from collections.abc import Sequence
@@ -192,7 +193,7 @@ class TextAgentEnv(gym.Env[str, str]):
         >>> env = ToolUseEnv(level=1)
         >>> obs, info = env.reset(seed=0)
         >>> sorted(info)
-        ['admissible_actions', 'goal', 'invalid_action', 'lost', 'score', 'task_id', 'tools', 'turn', 'won']
+        ['admissible_actions', 'goal', 'invalid_action', 'lost', 'score', 'state_hash', 'task_id', 'tools', 'turn', 'won']
         >>> obs, reward, terminated, truncated, info = env.step("")
         >>> obs
         'Invalid action: the action is empty. Send a command.'
@@ -464,7 +465,26 @@ class TextAgentEnv(gym.Env[str, str]):
             "turn": self.turn,
         }
         info.update(self._extra_info())
+        info["state_hash"] = self.state_hash()
         return info
+
+    def state_hash(self) -> str | None:
+        """A stable hash of the semantic world state (see ``state_hash`` in :mod:`budget_envs.info`).
+
+        The task id, won/lost and the family's ``_state_digest()`` (bytes or str) are hashed with
+        BLAKE2b (16 bytes, hex); None when the family has no digest.
+        """
+        digest = self._state_digest()
+        if digest is None:
+            return None
+        if isinstance(digest, str):
+            digest = digest.encode("utf-8", "surrogatepass")
+        head = f"{self._task_id}\x1f{int(self.won)}{int(self.lost)}\x1f".encode()
+        return hashlib.blake2b(head + digest, digest_size=16).hexdigest()
+
+    def _state_digest(self) -> bytes | str | None:
+        """Canonical bytes of what the task's future depends on (families override)."""
+        return None
 
     @property
     def task_id(self) -> str | None:

@@ -16,6 +16,11 @@ CORE_KEYS: dict[str, str] = {
     "admissible_actions": "list[str]: actions that are valid now (for tool use: the tool names).",
     "invalid_action": "bool: the last action was rejected (empty, too long, control characters, "
     "unparseable, unknown command); the state is unchanged and the turn still counts.",
+    "state_hash": "str: 32 hex digits, a stable hash of the semantic world state (positions, "
+    "contents, carried objects, database rows, cart and page, revealed ids, a permanent fault's "
+    "effect; not the turn count, the history or RNG states). Equal states reached by different "
+    "action paths hash equal, in any process and under any PYTHONHASHSEED; an invalid action "
+    "leaves it unchanged; resets of the same task start from the same hash.",
 }
 
 #: Keys a family may add. Named the same in every family that has them.

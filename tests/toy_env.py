@@ -145,3 +145,8 @@ class ToyEnv(TextAgentEnv):
             reward,
             invalid,
         )
+
+    def _state_digest(self) -> str:
+        return (
+            f"{self.length}|{self.key_room}|{self.room}|{int(self.has_key)}|{int(self.door_open)}"
+        )

@@ -412,3 +412,37 @@ class AlfWorldEnv(TextAgentEnv):
         if self.won:  # the disturbance itself finished the task: the turn's success reward
             reward = 1.0
         return FaultOutcome(f"{obs}\n\n{lead} {feedback}", "world", executed, reward, invalid)
+
+    def _state_digest(self) -> str | None:
+        """The PDDL state's facts (sorted text): locations, contents, held, open, toggled.
+
+        ``not_atlocation`` facts are left out: the compiled domain adds one for each place the
+        agent walked away from, so they record the path, not where anything is (``atlocation``
+        does; admissible actions and ``look`` do not depend on them). Type and affordance facts
+        never change within a task (the task id is hashed), so they are skipped for speed.
+        """
+        if self._engine is None or self._engine._state is None:
+            return None
+        memo = self.__dict__.setdefault("_fact_text", {})
+        if memo.get("__path__") != self._engine.path:
+            memo.clear()
+            memo["__path__"] = self._engine.path
+        out = []
+        for fact in self._engine._state.facts:
+            if fact.name in _UNHASHED_FACTS:
+                continue
+            text = memo.get(fact)
+            if text is None:
+                text = memo[fact] = str(fact)
+            out.append(text)
+        out.sort()
+        return "\n".join(out)
+
+
+#: Facts ``_state_digest`` leaves out: the path record and the per-task constants.
+_UNHASHED_FACTS = frozenset(
+    (
+        "not_atlocation cancontain receptacletype objecttype pickupable openable cleanable "
+        "coolable heatable isreceptacleobject sliceable toggleable receptacleatlocation"
+    ).split()
+)

@@ -546,6 +546,26 @@ class TextWorldEnv(TextAgentEnv):
         options = self._admissible() or ["look"]
         return options[int(rng.integers(len(options)))]
 
+    def _state_digest(self) -> str:
+        """The game's logic facts (sorted text) and the quests completed so far.
+
+        Facts are what the interpreter's world is (positions, contents, carried, open/closed);
+        the turn count, the last command and the score history are not in them.
+        """
+        memo = self.__dict__.setdefault("_fact_text", {})
+        if memo.get("__path__") != self._path:
+            memo.clear()
+            memo["__path__"] = self._path
+        out = []
+        for fact in self._tracker._game_progression.state.facts:
+            text = memo.get(fact)
+            if text is None:
+                text = memo[fact] = str(fact)
+            out.append(text)
+        out.sort()
+        out.append("quests:" + "".join("1" if m else "0" for m in self._marks))
+        return "\n".join(out)
+
 
 class CoinCollectorEnv(TextWorldEnv):
     """tw-coin_collector: find the coin along a chain of rooms (``level`` 1-300)."""

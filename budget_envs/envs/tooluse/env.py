@@ -26,8 +26,10 @@ from budget_envs.envs.tooluse.tools import (
     TOOL_NAMES,
     TOOLS_SCHEMA,
     WRITE_TOOLS,
+    RowLog,
     ToolError,
     call_json,
+    matches_gold,
     parse_action,
     parse_money,
     run_tool,
@@ -145,6 +147,7 @@ class ToolUseEnv(TextAgentEnv):
         self._task = make_task(world, task_id)
         self._gold = orc.Gold(world, self._task)
         world.copy_into(self._conn)
+        self._rows = RowLog()
         self._pr = orc.Progress(revealed=set(self._task.given_orders))
         self._score = 0.0
         return f"{self._task.ticket}\n\n{_INSTRUCTIONS}"
@@ -185,7 +188,10 @@ class ToolUseEnv(TextAgentEnv):
             return self._submit(args["answer"])
         try:
             self._check_visible(name, args)
-            result = run_tool(conn, self.world, name, args)
+            if conn is self._conn:
+                result = self._rows.run(conn, self.world, name, args)
+            else:  # a stale read on the start-of-episode template
+                result = run_tool(conn, self.world, name, args)
         except ToolError as exc:
             return str(exc), 0.0
         self._apply(name, args)
@@ -234,24 +240,10 @@ class ToolUseEnv(TextAgentEnv):
         return gold
 
     def _db_matches_gold(self) -> bool:
-        """Compare every row any write touched (in this episode or the gold program) + refunds."""
-        gold = self.gold_connection()
-        try:
-            orders, items = set(), set()
-            for kind, target in list(self._gold.slots) + list(self._pr.changed):
-                (items if kind == "item" else orders).add(target)
-            for table, ids in (("orders", orders), ("order_items", items)):
-                for rid in sorted(ids):
-                    sql = f"SELECT * FROM {table} WHERE id=?"
-                    if (
-                        self._conn.execute(sql, (rid,)).fetchone()
-                        != gold.execute(sql, (rid,)).fetchone()
-                    ):
-                        return False
-            sql = "SELECT * FROM refunds ORDER BY item_id"
-            return self._conn.execute(sql).fetchall() == gold.execute(sql).fetchall()
-        finally:
-            gold.close()
+        """Whether the database equals the gold end state: the rows this episode's writes and
+        the gold program's writes touched are compared (refund rows included), see
+        :func:`~budget_envs.envs.tooluse.tools.matches_gold`."""
+        return matches_gold(self._conn, self.world, self._rows, self._task.gold_calls)
 
     # ------------------------------------------------------------------ oracle
     def oracle_actions(self) -> list[str]:
@@ -376,11 +368,20 @@ class ToolUseEnv(TextAgentEnv):
     def _snapshot_state(self) -> Any:
         copy_conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         self._conn.backup(copy_conn)
-        return (copy_conn, self._task, self._pr.copy(), self.won, self.lost, self._score)
+        return (
+            copy_conn,
+            self._task,
+            self._pr.copy(),
+            self.won,
+            self.lost,
+            self._score,
+            self._rows.copy(),
+        )
 
     def _restore_state(self, payload: Any) -> None:
-        copy_conn, task, pr, won, lost, score = payload
+        copy_conn, task, pr, won, lost, score, rows = payload
         copy_conn.backup(self._conn)
+        self._rows = rows.copy()
         if task is not self._task:
             self._task = task
             self._gold = orc.Gold(self.world, task)
@@ -390,3 +391,19 @@ class ToolUseEnv(TextAgentEnv):
     def close(self) -> None:
         self._conn.close()
         super().close()
+
+    def _state_digest(self) -> str:
+        """Database rows changed since the start, ids shown, pages read, models listed, submit.
+
+        Incremental: the rows come from the episode's :class:`RowLog`, not from reading tables.
+        """
+        pr = self._pr
+        return "\x1e".join(
+            (
+                self._rows.text(),
+                ",".join(sorted(pr.revealed)),
+                ",".join(f"{c}={n}" for c, n in sorted(pr.pages_seen.items())),
+                ",".join(sorted(pr.listed)),
+                f"{int(pr.submitted)}{int(pr.answer_ok)}",
+            )
+        )

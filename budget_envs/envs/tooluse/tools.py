@@ -19,15 +19,18 @@ from budget_envs.errors import ActionRejected, ToolError
 
 __all__ = [
     "READ_TOOLS",
+    "RowLog",
     "TOOL_NAMES",
     "TOOLS_SCHEMA",
     "WRITE_TOOLS",
     "ToolError",
     "call_json",
     "dump_tables",
+    "matches_gold",
     "parse_action",
     "parse_money",
     "run_tool",
+    "write_keys",
 ]
 
 _ID_RE = {
@@ -617,3 +620,102 @@ def dump_tables(conn: sqlite3.Connection) -> dict[str, list[tuple]]:
         for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")
     ]
     return {n: conn.execute(f"SELECT * FROM {n} ORDER BY 1").fetchall() for n in names}
+
+
+# --------------------------------------------------------------------------- the rows writes touch
+_PRIMARY_KEY = {"orders": "id", "order_items": "id", "refunds": "item_id"}
+_ROW_SQL = {t: f"SELECT * FROM {t} WHERE {k}=?" for t, k in _PRIMARY_KEY.items()}
+
+
+def write_keys(name: str, args: dict[str, str | None]) -> tuple[tuple[str, str], ...]:
+    """The ``(table, primary key)`` rows a write tool can change (empty for reads)."""
+    if name in ("cancel_order", "update_address", "set_order_note"):
+        return (("orders", args["order_id"]),)
+    if name == "refund_item":
+        return (("order_items", args["item_id"]), ("refunds", args["item_id"]))
+    if name == "exchange_item":
+        return (("order_items", args["item_id"]),)
+    return ()
+
+
+def _read_row(conn: sqlite3.Connection, key: tuple[str, str]) -> tuple | None:
+    return conn.execute(_ROW_SQL[key[0]], (key[1],)).fetchone()
+
+
+def _put_row(conn: sqlite3.Connection, key: tuple[str, str], row: tuple | None) -> None:
+    table, rid = key
+    if row is None:
+        conn.execute(f"DELETE FROM {table} WHERE {_PRIMARY_KEY[table]}=?", (rid,))
+    else:
+        marks = ",".join("?" * len(row))
+        conn.execute(f"INSERT OR REPLACE INTO {table} VALUES ({marks})", row)
+
+
+class RowLog:
+    """Every row an episode's writes touched, with its start value and its current value.
+
+    Rows no write touched equal the start state (the world template), so this log is the whole
+    difference between the episode's database and the start: the state digest hashes it, and
+    ``submit`` compares it with the gold program's log instead of comparing whole databases.
+    """
+
+    __slots__ = ("rows", "_text")
+
+    def __init__(self, rows: dict | None = None) -> None:
+        self.rows: dict[tuple[str, str], tuple[tuple | None, tuple | None]] = dict(rows or {})
+        self._text: str | None = None
+
+    def copy(self) -> RowLog:
+        return RowLog(self.rows)
+
+    def run(
+        self, conn: sqlite3.Connection, world: World, name: str, args: dict[str, str | None]
+    ) -> dict[str, Any]:
+        """Run a tool on ``conn`` like :func:`run_tool`, logging the rows a write changes."""
+        keys = write_keys(name, args)
+        if not keys:
+            return run_tool(conn, world, name, args)
+        before = {k: self.rows[k][0] if k in self.rows else _read_row(conn, k) for k in keys}
+        result = run_tool(conn, world, name, args)  # raises before any change
+        for k in keys:
+            self.rows[k] = (before[k], _read_row(conn, k))
+        self._text = None
+        return result
+
+    def changed(self) -> dict[tuple[str, str], tuple | None]:
+        """Rows whose current value differs from the start: key -> current row (None: gone)."""
+        return {k: after for k, (before, after) in self.rows.items() if after != before}
+
+    def text(self) -> str:
+        """The changed rows as canonical text (cached until the next write)."""
+        if self._text is None:
+            self._text = "\n".join(
+                f"{table}:{rid}:{row!r}" for (table, rid), row in sorted(self.changed().items())
+            )
+        return self._text
+
+
+def matches_gold(conn: sqlite3.Connection, world: World, log: RowLog, gold_calls: tuple) -> bool:
+    """Whether the episode's database equals the gold end state (the gold program run on the
+    start state), comparing only the rows either of them wrote.
+
+    Inside a savepoint the episode's logged rows are put back to their start values, the gold
+    program runs through the real tools with its own log, and everything is rolled back: a few
+    statements instead of building and comparing a second database.
+    """
+    gold = RowLog()
+    conn.execute("SAVEPOINT gold_check")
+    try:
+        for key, (before, _after) in log.rows.items():
+            _put_row(conn, key, before)
+        for name, args in gold_calls:
+            gold.run(conn, world, name, dict(args))
+    finally:
+        conn.execute("ROLLBACK TO gold_check")
+        conn.execute("RELEASE gold_check")
+    for key in set(log.rows) | set(gold.rows):
+        mine = log.rows[key][1] if key in log.rows else gold.rows[key][0]
+        theirs = gold.rows[key][1] if key in gold.rows else log.rows[key][0]
+        if mine != theirs:
+            return False
+    return True

@@ -7,6 +7,7 @@ starts its own server on a free loopback port in a background thread and stops i
 
 from __future__ import annotations
 
+import json
 import logging
 import weakref
 from collections.abc import Sequence
@@ -414,3 +415,16 @@ class WebShopEnv(TextAgentEnv):
             self._finalizer = None
         self._server = None
         super().close()
+
+    def shared_env_kwargs(self) -> dict[str, Any]:
+        """Constructor kwargs that make more envs of this process use this env's shop server.
+
+        The OpenEnv service builds one env per session; it passes these to every session's env so
+        that a process runs one shop server, not one per session.
+        """
+        return {"base_url": self.base_url}
+
+    def _state_digest(self) -> str:
+        """The shop session: page, query, results page, product and sub-page, options, cart."""
+        state = {k: v for k, v in self._state.items() if k != "sid"}
+        return json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=True)

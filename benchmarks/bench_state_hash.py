@@ -1,0 +1,156 @@
+"""What ``info["state_hash"]`` costs, and ToolUse's steps/s with and without the row log.
+
+Run: ``.venv/bin/python -m pytest benchmarks/bench_state_hash.py --benchmark-only
+-p no:cacheprovider``
+
+* ``state-hash-<family>``: a whole oracle episode (reset and every step) with the hash (role
+  ``ours``) against the same episode with ``state_hash`` switched off (``baseline``), same run.
+  Goal: at most 1.10 (the hash adds at most 10% to a step).
+* ``tooluse-submit``: held-out oracle episodes (steps only, ``submit`` included) with the
+  incremental row comparison (``ours``) against the whole-database comparison it replaced
+  (``baseline``: a gold database built and compared at ``submit``). Goal: >= 5,000 steps/s.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import gymnasium as gym
+import pytest
+
+import budget_envs  # noqa: F401
+from budget_envs.envs.tooluse import ToolUseEnv
+
+FAMILIES = {
+    "tooluse": "BudgetMix/ToolUse-v0",
+    "webshop": "BudgetMix/WebShop-v0",
+    "textworld": "BudgetMix/TextWorld-CoinCollector-v0",
+    "alfworld": "BudgetMix/ALFWorld-v0",
+}
+
+
+def _episode(env_id):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env = gym.make(env_id, budget=None)
+    u = env.unwrapped
+    env.reset(options={"task_id": 0})
+    actions = []
+    while not u.done and len(actions) < 30:
+        best = u.oracle_actions()
+        if not best:
+            break
+        actions.append(best[0])
+        env.step(best[0])
+    return env, actions
+
+
+def _alternate(run, rounds, baseline_on, baseline_off):
+    """Min time of ``run`` with the hash and without it, alternating rounds (same caches)."""
+    best = {"ours": float("inf"), "baseline": float("inf")}
+    for _ in range(rounds):
+        for role in ("baseline", "ours"):
+            (baseline_on if role == "baseline" else baseline_off)()
+            t0 = time.perf_counter()
+            run()
+            best[role] = min(best[role], time.perf_counter() - t0)
+    baseline_off()
+    return best
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_state_hash_cost(benchmark, family):
+    """One oracle episode (reset and every step) with and without ``state_hash``."""
+    env, actions = _episode(FAMILIES[family])
+    cls = type(env.unwrapped)
+    real = cls.state_hash
+    step = env.step
+
+    def run():
+        env.reset(options={"task_id": 0})
+        for a in actions:
+            step(a)
+
+    def off():
+        cls.state_hash = lambda self: None
+
+    def on():
+        cls.state_hash = real
+
+    slow = family in ("textworld", "alfworld")
+    run()
+    best = _alternate(run, 10 if slow else 40, baseline_on=off, baseline_off=on)
+    benchmark.group = f"state-hash-{family}"
+    benchmark.pedantic(run, rounds=3 if slow else 10)
+    ratio = best["ours"] / best["baseline"]
+    benchmark.extra_info.update(best, ratio=ratio, goal="<= 1.10")
+    print(
+        f"\nstate-hash {family}: episode with hash {best['ours'] * 1e3:.3f} ms, without "
+        f"{best['baseline'] * 1e3:.3f} ms, ratio {ratio:.3f} (goal <= 1.10)"
+    )
+    env.close()
+
+
+def _whole_database_check(self) -> bool:
+    """The comparison ``submit`` made before the row log: build the gold database, compare."""
+    gold = self.gold_connection()
+    try:
+        orders, items = set(), set()
+        for kind, target in list(self._gold.slots) + list(self._pr.changed):
+            (items if kind == "item" else orders).add(target)
+        for table, ids in (("orders", orders), ("order_items", items)):
+            for rid in sorted(ids):
+                sql = f"SELECT * FROM {table} WHERE id=?"
+                if (
+                    self._conn.execute(sql, (rid,)).fetchone()
+                    != gold.execute(sql, (rid,)).fetchone()
+                ):
+                    return False
+        sql = "SELECT * FROM refunds ORDER BY item_id"
+        return self._conn.execute(sql).fetchall() == gold.execute(sql).fetchall()
+    finally:
+        gold.close()
+
+
+@pytest.fixture(scope="module")
+def held_out():
+    """100 held-out oracle episodes (the last task ids of each level), with their actions."""
+    env = ToolUseEnv()
+    ids = [t for t in env.task_ids if int(t.split("-")[1]) >= 4900][::5]
+    plans = []
+    for tid in ids:
+        env.reset(options={"task_id": tid})
+        plan = []
+        while not env.done:
+            plan.append(env.oracle_actions()[0])
+            env.step(plan[-1])
+        assert env.won
+        plans.append((tid, plan))
+    return env, plans
+
+
+@pytest.mark.parametrize("role", ["baseline", "ours"])
+def test_tooluse_oracle_episodes(benchmark, held_out, role, monkeypatch):
+    env, plans = held_out
+    if role == "baseline":
+        monkeypatch.setattr(ToolUseEnv, "_db_matches_gold", _whole_database_check)
+    steps = sum(len(p) for _, p in plans)
+    benchmark.group = "tooluse-submit"
+    times = []
+
+    def run():  # every episode; resets untimed, the sum of step times recorded
+        total = 0.0
+        for tid, plan in plans:
+            env.reset(options={"task_id": tid})
+            t0 = time.perf_counter()
+            for a in plan:
+                env.step(a)
+            total += time.perf_counter() - t0
+            assert env.won
+        times.append(total)
+
+    benchmark.pedantic(run, rounds=5, warmup_rounds=1)
+    per_second = steps / min(times)
+    benchmark.extra_info.update(role=role, steps=steps, steps_per_second=per_second)
+    print(f"\ntooluse oracle episodes ({role}): {per_second:,.0f} steps/s over {steps} steps")

@@ -1,0 +1,455 @@
+"""An OpenEnv server for any registered id: one env per WebSocket session, many sessions.
+
+The protocol is OpenEnv's own (``openenv.core.env_server.HTTPEnvServer``): sessions live on the
+WebSocket ``/ws`` (``{"type": "reset" | "step" | "state" | "close", "data": ...}``), ``/schema``
+and ``/health`` describe and check the server. This module adds what the suite needs on top:
+
+* :class:`SessionEnv`, an OpenEnv ``Environment`` around ``gymnasium.make(id, budget=...,
+  visibility=..., faults=...)``: sessions are independent (own env, seeds, budget draws, faults);
+* request ids: a step (or reset) carrying an id already applied in the session returns the
+  recorded answer without stepping again, so clients can retry;
+* families with a server of their own (the web shop) get one per process, shared by sessions;
+* :class:`Guard`, an ASGI middleware: idle WebSocket sessions are closed (and their env freed)
+  after ``idle_timeout`` seconds, oversized messages get an error frame and leave the session
+  alive, oversized HTTP bodies get 413;
+* ``GET /sessions``: active and maximum sessions.
+"""
+
+from __future__ import annotations
+
+from budget_envs.service._deps import require_openenv
+
+require_openenv()
+
+import asyncio  # noqa: E402
+import functools  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import warnings  # noqa: E402
+from collections import OrderedDict  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from typing import Any  # noqa: E402
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+from openenv.core.env_server.http_server import HTTPEnvServer  # noqa: E402
+from openenv.core.env_server.interfaces import Environment  # noqa: E402
+from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata  # noqa: E402
+
+from budget_envs.registry import entry_for  # noqa: E402
+from budget_envs.service.models import BudgetAction, BudgetObservation, BudgetState  # noqa: E402
+
+__all__ = ["DEFAULT_MAX_SESSIONS", "Guard", "ServeConfig", "SessionEnv", "create_app", "serve"]
+
+logger = logging.getLogger(__name__)
+
+#: Sessions one server holds at once unless told otherwise.
+DEFAULT_MAX_SESSIONS = 64
+#: Seconds a WebSocket session may stay silent before it is closed and its env freed.
+DEFAULT_IDLE_TIMEOUT = 300.0
+#: Largest WebSocket message or HTTP body the server reads, in bytes.
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
+#: Answers a session remembers for request-id retries.
+REPLAY_CACHE = 1024
+
+_DEFAULT = object()
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with only JSON types (tuples become lists, numpy scalars Python numbers)."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return repr(value)
+
+
+@dataclass
+class ServeConfig:
+    """What every session of one server builds: ``gymnasium.make(env_id, **make_kwargs())``."""
+
+    env_id: str
+    budget: Any = _DEFAULT
+    visibility: str = "hidden"
+    faults: Any = None
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: Kwargs a family's host env gives so sessions share its server (see ``shared_env_kwargs``).
+    shared_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def make_kwargs(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"visibility": self.visibility, "faults": self.faults}
+        if self.budget is not _DEFAULT:
+            out["budget"] = self.budget
+        out.update(self.env_kwargs)
+        out.update(self.shared_kwargs)
+        return out
+
+    def make(self) -> gym.Env:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the passive checker's notes on Text spaces
+            return gym.make(self.env_id, **self.make_kwargs())
+
+
+class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
+    """One session's env. Built cheaply; the Gymnasium env is made at the first reset.
+
+    ``reset(seed=None, options=None, request_id=None)`` and ``step(BudgetAction)`` return a
+    :class:`BudgetObservation` holding exactly what the Gymnasium env returned.
+    """
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+    # Every session's env runs on one shared worker thread (OpenEnv's single-thread executor),
+    # not on a thread per session: under the GIL more threads add no parallelism, and with 64+
+    # of them the hand-offs of the GIL around every SQLite call cost more than the steps.
+    REQUIRES_SINGLE_THREAD_EXECUTOR = True
+
+    def __init__(self, config: ServeConfig) -> None:
+        super().__init__()
+        self._config = config
+        self._env: gym.Env | None = None
+        self._episode_id: str | None = None
+        self._steps = 0
+        self._info: dict[str, Any] = {}
+        self._replies: OrderedDict[str, tuple[str, BudgetObservation]] = OrderedDict()
+
+    # ---------------------------------------------------------------- request ids
+    def _replay(self, request_id: str | None, key: str) -> BudgetObservation | None:
+        if request_id is None:
+            return None
+        hit = self._replies.get(request_id)
+        if hit is None:
+            return None
+        if hit[0] != key:
+            raise ValueError(
+                f"request id {request_id!r} was already used in this session for a different "
+                "message; use a fresh id for every new step"
+            )
+        return hit[1].model_copy(update={"replayed": True})
+
+    def _record(self, request_id: str | None, key: str, obs: BudgetObservation) -> None:
+        if request_id is None:
+            return
+        self._replies[request_id] = (key, obs)
+        while len(self._replies) > REPLAY_CACHE:
+            self._replies.popitem(last=False)
+
+    # ---------------------------------------------------------------- OpenEnv API
+    def reset(
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        options: dict[str, Any] | None = None,
+        request_id: str | None = None,
+        **kwargs: Any,
+    ) -> BudgetObservation:
+        if kwargs:
+            raise ValueError(
+                f"reset got unknown field(s) {sorted(kwargs)}; it takes seed, options, "
+                "episode_id and request_id"
+            )
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise ValueError(f"seed must be an int or null, got {seed!r}")
+        if options is not None and not isinstance(options, dict):
+            raise ValueError(f"options must be an object or null, got {options!r}")
+        key = json.dumps(["reset", seed, options], sort_keys=True, default=repr)
+        replayed = self._replay(request_id, key)
+        if replayed is not None:
+            return replayed
+        if self._env is None:
+            self._env = self._config.make()
+        text, info = self._env.reset(seed=seed, options=options)
+        self._episode_id = episode_id
+        self._steps = 0
+        self._info = info
+        obs = BudgetObservation(
+            text=text,
+            info=_plain(info),
+            reward=0.0,
+            done=False,
+            request_id=request_id,
+        )
+        self._record(request_id, key, obs)
+        return obs
+
+    def step(
+        self, action: BudgetAction, timeout_s: float | None = None, **kwargs: Any
+    ) -> BudgetObservation:
+        key = "step\x1f" + action.action
+        replayed = self._replay(action.request_id, key)
+        if replayed is not None:
+            return replayed
+        if self._env is None:
+            raise RuntimeError(
+                "this session has no episode yet (it is new, or an idle one was closed and the client opened a new one): send a reset first"
+            )
+        text, reward, terminated, truncated, info = self._env.step(action.action)
+        self._steps += 1
+        self._info = info
+        obs = BudgetObservation(
+            text=text,
+            info=_plain(info),
+            reward=float(reward),
+            done=bool(terminated or truncated),
+            terminated=bool(terminated),
+            truncated=bool(truncated),
+            request_id=action.request_id,
+        )
+        self._record(action.request_id, key, obs)
+        return obs
+
+    @property
+    def state(self) -> BudgetState:
+        return BudgetState(
+            episode_id=self._episode_id,
+            step_count=self._steps,
+            env_id=self._config.env_id,
+            task_id=self._info.get("task_id"),
+            state_hash=self._info.get("state_hash"),
+        )
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        entry = entry_for(self._config.env_id)
+        return EnvironmentMetadata(
+            name=entry.id, description=entry.description, version="0.1.0", author="budget-envs"
+        )
+
+    def close(self) -> None:
+        if self._env is not None:
+            env, self._env = self._env, None
+            env.close()
+
+
+# ---------------------------------------------------------------------------- ASGI guard
+def _error_frame(message: str, code: str) -> str:
+    return json.dumps({"type": "error", "data": {"message": message, "code": code}})
+
+
+class Guard:
+    """ASGI middleware: idle WebSocket sessions are closed; oversized input is refused.
+
+    A WebSocket that sends nothing for ``idle_timeout`` seconds gets an error frame and is
+    closed (code 4000); the app sees a disconnect, so OpenEnv destroys the session and its env.
+    A message over ``max_bytes`` gets an error frame and is dropped; the session goes on. An
+    HTTP body over ``max_bytes`` (by Content-Length) gets 413.
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        idle_timeout: float | None,
+        max_bytes: int,
+        counters: dict[str, int] | None = None,
+    ) -> None:
+        self.app = app
+        self.idle_timeout = idle_timeout
+        self.max_bytes = max_bytes
+        self.counters = {"reaped": 0} if counters is None else counters
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            for name, value in scope.get("headers", ()):
+                if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                    await self._too_large(send, int(value))
+                    return
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        state = {"open": False, "reaped": False}
+
+        async def guarded_send(message: dict) -> None:
+            if message["type"] == "websocket.accept":
+                state["open"] = True
+            if message["type"] == "websocket.close" and state["reaped"]:
+                message = {
+                    "type": "websocket.close",
+                    "code": 4000,
+                    "reason": f"idle for {self.idle_timeout:g} s",
+                }
+            await send(message)
+
+        async def guarded_receive() -> dict:
+            while True:
+                if not state["open"] or self.idle_timeout is None:
+                    message = await receive()
+                else:
+                    try:
+                        message = await asyncio.wait_for(receive(), self.idle_timeout)
+                    except asyncio.TimeoutError:
+                        state["reaped"] = True
+                        self.counters["reaped"] += 1
+                        await send(
+                            {
+                                "type": "websocket.send",
+                                "text": _error_frame(
+                                    f"session closed after {self.idle_timeout:g} s without a "
+                                    "message; open a new session",
+                                    "SESSION_ERROR",
+                                ),
+                            }
+                        )
+                        return {"type": "websocket.disconnect", "code": 1001}
+                if message["type"] == "websocket.receive":
+                    body = message.get("text")
+                    size = (
+                        len(body.encode()) if body is not None else len(message.get("bytes") or b"")
+                    )
+                    if size > self.max_bytes:
+                        await send(
+                            {
+                                "type": "websocket.send",
+                                "text": _error_frame(
+                                    f"message of {size} bytes is over the limit of "
+                                    f"{self.max_bytes}; it was not applied",
+                                    "VALIDATION_ERROR",
+                                ),
+                            }
+                        )
+                        continue
+                return message
+
+        await self.app(scope, guarded_receive, guarded_send)
+
+    async def _too_large(self, send: Any, size: int) -> None:
+        body = json.dumps(
+            {"detail": f"request body of {size} bytes is over the limit of {self.max_bytes}"}
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+# ---------------------------------------------------------------------------- the app
+def _check_positive(name: str, value: Any, kind: type, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, kind) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name} must be a positive {kind.__name__}, got {value!r}")
+
+
+def create_app(
+    env_id: str,
+    *,
+    budget: Any = _DEFAULT,
+    visibility: str = "hidden",
+    faults: Any = None,
+    env_kwargs: dict[str, Any] | None = None,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+) -> Any:
+    """A FastAPI app serving ``env_id`` over OpenEnv's protocol (run it with any ASGI server).
+
+    ``budget`` / ``visibility`` / ``faults`` / ``env_kwargs`` are what ``gymnasium.make`` gets
+    for every session's env. One env is built here first to check the arguments; a family with
+    a server of its own (``shared_env_kwargs``) keeps that env as the host every session uses.
+    """
+    entry = entry_for(env_id)  # NameNotFound with the registered ids
+    _check_positive("max_sessions", max_sessions, int)
+    if idle_timeout is not None and (
+        not isinstance(idle_timeout, (int, float)) or isinstance(idle_timeout, bool)
+    ):
+        raise ValueError(f"idle_timeout must be a positive number or None, got {idle_timeout!r}")
+    if idle_timeout is not None and idle_timeout <= 0:
+        raise ValueError(f"idle_timeout must be a positive number or None, got {idle_timeout!r}")
+    _check_positive("max_message_bytes", max_message_bytes, int)
+    if env_kwargs is not None and not isinstance(env_kwargs, dict):
+        raise TypeError(f"env_kwargs must be a dict, got {env_kwargs!r}")
+    config = ServeConfig(
+        env_id=entry.id,
+        budget=budget,
+        visibility=visibility,
+        faults=faults,
+        env_kwargs=dict(env_kwargs or {}),
+    )
+    host = config.make()  # fails here, not in the first session, on bad arguments
+    share = getattr(host.unwrapped, "shared_env_kwargs", None)
+    if callable(share):
+        config.shared_kwargs = dict(share())
+    else:
+        host.close()
+        host = None
+
+    from fastapi import FastAPI
+
+    app = FastAPI(title=f"budget-envs: {entry.id}", description=entry.description)
+    server = HTTPEnvServer(
+        env=functools.partial(SessionEnv, config),
+        action_cls=BudgetAction,
+        observation_cls=BudgetObservation,
+        state_cls=BudgetState,
+        concurrency_config=ConcurrencyConfig(
+            max_concurrent_envs=max_sessions, session_timeout=idle_timeout
+        ),
+        env_name=entry.id.split("/")[-1],
+    )
+    server.register_routes(app)
+
+    counters = {"reaped": 0}
+
+    @app.get("/sessions", tags=["budget-envs"])
+    def sessions() -> dict[str, Any]:
+        """Active and maximum sessions, and how many idle sessions were closed."""
+        status = server.get_capacity_status()
+        return {
+            "env_id": entry.id,
+            "active": status.active_sessions,
+            "max": status.max_sessions,
+            "reaped": counters["reaped"],
+        }
+
+    def close_host() -> None:
+        if app.state.host is not None:
+            app.state.host.close()
+            app.state.host = None
+
+    app.router.on_shutdown.append(close_host)
+    app.state.host = host
+    app.state.openenv_server = server
+    app.state.config = config
+    app.add_middleware(
+        Guard, idle_timeout=idle_timeout, max_bytes=max_message_bytes, counters=counters
+    )
+    return app
+
+
+def serve(
+    env_id: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "warning",
+    **app_kwargs: Any,
+) -> None:
+    """Run :func:`create_app` under uvicorn until interrupted (``budgetmix serve`` calls it)."""
+    import uvicorn
+
+    max_bytes = app_kwargs.get("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES)
+    app = create_app(env_id, **app_kwargs)
+    # uvicorn's own cap sits above the guard's, so an oversized message gets the guard's clear
+    # error frame instead of a bare close; beyond this, the connection is closed (1009).
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        ws_max_size=max(16 * max_bytes, 16 << 20),
+        # Observations are small JSON on a local network: compressing each one costs more CPU
+        # than it saves.
+        ws_per_message_deflate=False,
+    )

@@ -1,0 +1,253 @@
+"""``budgetmix serve``: OpenEnv's real client against the server, for every registered id.
+
+Transcripts equal the in-process env's; 256 concurrent sessions from several client processes
+do not mix; request ids are applied once; killed and idle clients' sessions are reaped; bad
+input gets a clear error and leaves other sessions alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+pytest.importorskip("openenv.core.env_server", reason='needs pip install "budget-envs[openenv]"')
+
+from budget_envs.registry import registered_ids  # noqa: E402
+from contract_helpers import make, policy_action  # noqa: E402
+from service_helpers import TESTS, serving, sessions, wait_until  # noqa: E402
+
+from budget_envs.service import BudgetAction, BudgetEnvClient, RemoteEnv  # noqa: E402
+
+IDS = registered_ids()
+
+
+def _json(value):
+    return json.loads(json.dumps(value))
+
+
+def play_both(env_id, url, seed, turns=8, local=None):
+    """Step the in-process env and a served session with the same actions; compare each turn."""
+    local = local or make(env_id)
+    remote = RemoteEnv(url)
+    rng = np.random.default_rng(seed)
+    a = local.reset(seed=seed)
+    b = remote.reset(seed=seed)
+    assert b[0] == a[0] and b[1] == _json(a[1])
+    info = a[1]
+    played = 0
+    actions = ["", "definitely not a valid action"]
+    for turn in range(turns):
+        action = actions[turn] if turn < len(actions) else policy_action(local, info, rng)
+        a = local.step(action)
+        b = remote.step(action)
+        assert b[:4] == (a[0], float(a[1]), a[2], a[3]), (turn, action)
+        assert b[4] == _json(a[4])
+        info = a[4]
+        played += 1
+        if a[2] or a[3]:
+            break
+    remote.close()
+    local.close()
+    return played
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_transcript_equals_in_process(env_id):
+    with serving(env_id, budget=6) as url:
+        assert play_both(env_id, url, seed=11, local=make(env_id, budget=6)) >= 3
+        # a second episode on a fresh session: sessions are independent of earlier ones
+        assert play_both(env_id, url, seed=12, local=make(env_id, budget=6)) >= 3
+        assert sessions(url)["active"] == 0
+
+
+def test_faults_and_visibility_are_served():
+    kwargs = dict(budget=8, visibility="remaining", faults={"kinds": ["slip"], "rate": 0.5})
+    with serving("BudgetMix/ToolUse-v0", **kwargs) as url:
+        local = make("BudgetMix/ToolUse-v0", **kwargs)
+        play_both("BudgetMix/ToolUse-v0", url, seed=3, turns=8, local=local)
+
+
+CROSSTALK_WORKER = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    sys.path.insert(0, {tests!r})
+    import numpy as np
+    from contract_helpers import make, policy_action
+    from budget_envs.service import BudgetAction, BudgetEnvClient
+
+    async def one(url, seed, turns):
+        local = make("BudgetMix/ToolUse-v0", budget=turns)
+        rng = np.random.default_rng(seed)
+        async with BudgetEnvClient(
+            base_url=url, message_timeout_s=300, connect_timeout_s=300
+        ) as client:
+            obs, info = local.reset(seed=seed)
+            got = await client.reset(seed=seed)
+            same = got.observation.text == obs and got.observation.info["state_hash"] == info["state_hash"]
+            for turn in range(turns):
+                action = policy_action(local, info, rng)
+                obs, reward, term, trunc, info = local.step(action)
+                got = (await client.step(BudgetAction(action=action, request_id=str(turn)))).observation
+                same = same and (got.text, got.reward, got.terminated, got.truncated) == (
+                    obs, float(reward), term, trunc
+                ) and got.info == json.loads(json.dumps(info))
+                if term or trunc:
+                    break
+                await asyncio.sleep(0)
+        return same
+
+    async def main(url, seeds, turns):
+        return await asyncio.gather(*(one(url, s, turns) for s in seeds))
+
+    url, first, count, turns = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    print(json.dumps(asyncio.run(main(url, range(first, first + count), turns))))
+    """
+)
+
+
+@pytest.mark.slow
+def test_256_concurrent_sessions_from_4_processes_no_crosstalk():
+    """About 2 minutes on a busy 2-core machine: 4 processes x 64 sessions, 10 turns each."""
+    procs_n, per, turns = 4, 64, 10
+    with serving("BudgetMix/ToolUse-v0", budget=turns, max_sessions=procs_n * per) as url:
+        code = CROSSTALK_WORKER.format(tests=str(TESTS))
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", code, url, str(k * per), str(per), str(turns)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for k in range(procs_n)
+        ]
+        results = []
+        for p in procs:
+            out, err = p.communicate(timeout=900)
+            assert p.returncode == 0, err[-3000:]
+            results += json.loads(out.strip().splitlines()[-1])
+        assert len(results) == procs_n * per and all(results)
+        wait_until(lambda: sessions(url)["active"] == 0, "sessions to close")
+
+
+def test_request_id_is_applied_once():
+    async def run(url):
+        async with BudgetEnvClient(base_url=url) as client:
+            await client.reset(seed=0, options={"task_id": 0})
+            first = await client.step(BudgetAction(action="go east", request_id="a1"))
+            again = await client.step(BudgetAction(action="go east", request_id="a1"))
+            state = await client.state()
+            fresh = await client.step(BudgetAction(action="go east", request_id="a2"))
+            with pytest.raises(RuntimeError, match="already used"):
+                await client.step(BudgetAction(action="go west", request_id="a1"))
+            return first.observation, again.observation, state, fresh.observation
+
+    with serving("BudgetMixTest/Toy-v0", budget=20) as url:
+        first, again, state, fresh = asyncio.run(run(url))
+    assert not first.replayed and again.replayed
+    assert again.text == first.text and again.info == first.info
+    assert state.step_count == 1 and first.info["budget"]["used"] == 1
+    assert fresh.info["budget"]["used"] == 2
+
+
+KILLED_CLIENT = textwrap.dedent(
+    """
+    import sys, time
+    from budget_envs.service import RemoteEnv
+    env = RemoteEnv(sys.argv[1])
+    env.reset(seed=0)
+    print("ready", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_killed_client_session_is_reaped():
+    with serving("BudgetMix/ToolUse-v0", idle_timeout=600) as url:
+        p = subprocess.Popen(
+            [sys.executable, "-c", KILLED_CLIENT, url], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert p.stdout.readline().strip() == "ready"
+            assert sessions(url)["active"] == 1
+        finally:
+            p.kill()
+            p.wait()
+        wait_until(lambda: sessions(url)["active"] == 0, "the killed client's session to go")
+
+
+def test_idle_session_is_reaped_with_a_clear_error():
+    with serving("BudgetMix/ToolUse-v0", idle_timeout=1.0) as url:
+        env = RemoteEnv(url)
+        env.reset(seed=0)
+        assert sessions(url)["active"] == 1
+        wait_until(lambda: sessions(url)["reaped"] == 1, "the idle session to be closed")
+        assert sessions(url)["active"] == 0
+        with pytest.raises(RuntimeError, match="no episode yet"):
+            env.step("x")
+
+
+def test_bad_input_gets_clear_errors_and_spares_other_sessions():
+    import requests
+    from websockets.sync.client import connect
+
+    with serving("BudgetMixTest/Toy-v0", budget=30, max_message_bytes=4096) as url:
+        ws_url = url.replace("http", "ws") + "/ws"
+        other = RemoteEnv(url)
+        other.reset(seed=1, options={"task_id": 2})
+        local = make("BudgetMixTest/Toy-v0", budget=30)
+        local.reset(seed=1, options={"task_id": 2})
+        with connect(ws_url) as ws:
+            ws.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
+            assert json.loads(ws.recv())["type"] == "observation"
+            ws.send("{not json")
+            err = json.loads(ws.recv())
+            assert err["type"] == "error" and err["data"]["code"] == "INVALID_JSON"
+            ws.send(json.dumps({"type": "step", "data": {"action": "go east", "x": 1}}))
+            err = json.loads(ws.recv())
+            assert err["data"]["code"] == "VALIDATION_ERROR"
+            ws.send(json.dumps({"type": "step", "data": {"action": "y" * 10_000}}))
+            err = json.loads(ws.recv())
+            assert (
+                err["data"]["code"] == "VALIDATION_ERROR"
+                and "over the limit" in err["data"]["message"]
+            )
+            ws.send(json.dumps({"type": "step", "data": {"action": "go east"}}))
+            ok = json.loads(ws.recv())
+            assert ok["type"] == "observation"
+            assert ok["data"]["observation"]["info"]["budget"]["used"] == 1  # nothing else ran
+        with connect(ws_url + "?session_id=no-such-session") as ws:
+            err = json.loads(ws.recv())
+            assert err["type"] == "error" and "Unknown session_id" in err["data"]["message"]
+        big = requests.post(url + "/step", data="x" * 10_000, timeout=10)
+        assert big.status_code == 413 and "over the limit" in big.json()["detail"]
+        # the other session went on untouched
+        for action in ("go east", "go west", "take key"):
+            assert (
+                other.step(action)[:4]
+                == tuple((o, float(r), t, tr) for o, r, t, tr, _ in [local.step(action)])[0]
+            )
+        other.close()
+
+
+def test_capacity_is_enforced():
+    with serving("BudgetMixTest/Toy-v0", max_sessions=2) as url:
+        a, b = RemoteEnv(url), RemoteEnv(url)
+        a.reset(seed=0)
+        b.reset(seed=0)
+        with pytest.raises(Exception, match="CAPACITY_REACHED|capacity"):
+            RemoteEnv(url).reset(seed=0)
+        a.close()
+        b.close()
+
+
+def test_serve_command_help():
+    from budget_envs.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "BudgetMix/ToolUse-v0", "--max-sessions", "8"])
+    assert args.max_sessions == 8 and args.host == "127.0.0.1"
