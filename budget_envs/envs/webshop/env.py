@@ -147,6 +147,12 @@ class WebShopEnv(TextAgentEnv):
         """The env's own :class:`~budget_envs.envs.webshop.server.ShopServer`, or None."""
         return self._server
 
+    def shared_env_kwargs(self) -> dict[str, Any]:
+        """Constructor kwargs for more envs of this configuration that use this env's server
+        (the eval runner's async driver builds its many live envs this way: one server per
+        process, not one per env). This env keeps owning it and stops it on close."""
+        return {"base_url": self.base_url}
+
     def _start_server(self) -> None:
         from budget_envs.envs.webshop.server import ShopServer
 
