@@ -169,7 +169,11 @@ def _iter_async(
     simply wait on the server meanwhile.
     """
     loop = asyncio.new_event_loop()
-    pool = EnvPool(worker, env_kwargs)
+    if worker.pool is None or worker.pool.env_kwargs != dict(env_kwargs):
+        if worker.pool is not None:
+            worker.pool.close()
+        worker.pool = EnvPool(worker, env_kwargs)
+    pool = worker.pool
     done: asyncio.Queue[Any] = asyncio.Queue()
     limits: dict[str, asyncio.Semaphore] = {}
 
@@ -211,7 +215,6 @@ def _iter_async(
         if tasks:
             loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         loop.run_until_complete(close_agents())
-        pool.close()
         loop.close()
 
 

@@ -36,6 +36,8 @@ class Worker:
         self.agent_specs = dict(agents)
         self.agents: dict[str, Any] = {}
         self.envs: dict[tuple, gym.Env] = {}
+        #: The async driver's pool of envs for live episodes (kept across chunks).
+        self.pool: Any = None
 
     def agent(self, name: str) -> Any:
         if name not in self.agents:
@@ -51,6 +53,9 @@ class Worker:
         return self.envs[key]
 
     def close(self) -> None:
+        if self.pool is not None:  # its envs may use a server that one of ours owns
+            self.pool.close()
+            self.pool = None
         for env in self.envs.values():
             env.close()
         self.envs.clear()
