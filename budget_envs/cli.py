@@ -103,25 +103,91 @@ def _few_tasks_warning(records: Sequence[Any]) -> str | None:
     )
 
 
-def _agents(values: Sequence[str]) -> dict[str, str]:
-    """``NAME=SPEC`` or just ``SPEC`` (then the agent's own name is used)."""
+def _load_agent_config(path: str) -> list[tuple[str | None, str]]:
+    """``(name or None, spec)`` pairs of an ``--agent-config`` file (YAML or JSON).
+
+    The file holds one agent (a mapping with ``kind``; an optional ``name``) or several
+    (``agents: {NAME: SPEC or mapping}``).
+    """
+    from budget_envs.eval.agents import spec_from_mapping
+
+    try:
+        text = open(path, encoding="utf-8").read()
+    except OSError as exc:
+        raise UsageError(f"cannot read --agent-config {path!r}: {exc.strerror}") from None
+    try:
+        if path.endswith(".json"):
+            data = json.loads(text)
+        else:
+            try:
+                import yaml
+            except ImportError:
+                raise UsageError(
+                    f"--agent-config {path!r}: reading YAML needs PyYAML (pip install pyyaml), "
+                    "or give a .json file"
+                ) from None
+            data = yaml.safe_load(text)
+    except UsageError:
+        raise
+    except Exception as exc:  # json/yaml parse errors: one line naming the file
+        raise UsageError(f"--agent-config {path!r} does not parse: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--agent-config {path!r} must hold a mapping, got {type(data).__name__}")
+    items = data["agents"].items() if isinstance(data.get("agents"), dict) else [(None, data)]
+    out: list[tuple[str | None, str]] = []
+    for name, spec in items:
+        if isinstance(spec, dict):
+            spec = dict(spec)
+            name = spec.pop("name", None) if name is None else name
+            try:
+                spec = spec_from_mapping(spec)
+            except ValueError as exc:
+                raise UsageError(f"--agent-config {path!r}: {exc}") from None
+        if not isinstance(spec, str):
+            raise UsageError(f"--agent-config {path!r}: agent {name!r} must be a spec or mapping")
+        out.append((name, spec))
+    return out
+
+
+def _with_concurrency(spec: str, concurrency: int | None) -> str:
+    """A chat spec with ``concurrency`` set (other kinds unchanged)."""
+    from budget_envs.eval.agents import parse_spec, spec_from_mapping
+
+    kind, kwargs = parse_spec(spec)
+    if concurrency is None or kind != "chat":
+        return spec
+    return spec_from_mapping({"kind": kind, **kwargs, "concurrency": concurrency})
+
+
+def _agents(
+    values: Sequence[str],
+    configs: Sequence[str] = (),
+    concurrency: int | None = None,
+) -> dict[str, str]:
+    """``NAME=SPEC`` or just ``SPEC`` (then the agent's own name is used), then the agents of
+    every ``--agent-config`` file."""
     from budget_envs.eval.agents import make_agent
 
-    out: dict[str, str] = {}
+    pairs: list[tuple[str | None, str, str]] = []
     for value in values:
         name, eq, spec = value.partition("=")
         if eq and ":" not in name and "," not in name:
-            key, spec = name, spec
+            pairs.append((name, spec, value))
         else:
-            spec = value
+            pairs.append((None, value, value))
+    for path in configs:
+        pairs += [(name, spec, f"{spec} (from {path})") for name, spec in _load_agent_config(path)]
+    out: dict[str, str] = {}
+    for key, spec, shown in pairs:
         try:
+            spec = _with_concurrency(spec, concurrency)
             agent = make_agent(spec)  # checks the spec now, not in the first episode
         except (TypeError, ValueError) as exc:
             hint = ""
             if spec.startswith("chat") and "base_url" not in spec:
                 hint = "; a chat agent needs base_url, e.g. chat:base_url=http://127.0.0.1:8000/v1,model=NAME"
-            raise UsageError(f"bad --agent {value!r}: {exc}{hint}") from None
-        if not eq or ":" in name or "," in name:
+            raise UsageError(f"bad --agent {shown!r}: {exc}{hint}") from None
+        if key is None:
             key = agent.name
         if key in out:
             raise UsageError(f"agent name {key!r} given twice; use NAME=SPEC to tell them apart")
@@ -193,6 +259,7 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     import gymnasium as gym
 
+    from budget_envs.errors import PreflightError
     from budget_envs.eval.runner import EvalPlan, load_records, run_plan
     from budget_envs.eval.runner.ray_backend import RayUnavailable
 
@@ -200,7 +267,11 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     try:
         plan = EvalPlan(
             env_ids=list(args.env_ids),
-            agents=_agents(args.agent or ["random"]),
+            agents=_agents(
+                args.agent or ([] if args.agent_config else ["random"]),
+                args.agent_config or (),
+                args.concurrency,
+            ),
             tasks=args.tasks,
             samples=args.samples,
             budgets=args.budgets,
@@ -228,6 +299,8 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     except FileExistsError as exc:
         raise UsageError(str(exc)) from None
     except RayUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    except PreflightError as exc:  # a dead server, a bad key, a model it does not serve
         raise UsageError(str(exc)) from None
     except gym.error.DependencyNotInstalled as exc:
         raise UsageError(str(exc)) from None
@@ -789,7 +862,21 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="[NAME=]SPEC",
         help="random | oracle | oracle:epsilon=0.3 | chat:base_url=URL,model=NAME[,temperature=0.7,"
-        "api_key_env=VAR,max_tokens=256,history=20,retries=3,timeout=60] (repeatable)",
+        'max_tokens=256,stop=["\\n"],extra_body={...},api_key_env=VAR,concurrency=64,...]; values '
+        "are JSON when they parse (repeatable; see docs/llm-agents.md)",
+    )
+    e.add_argument(
+        "--agent-config",
+        action="append",
+        metavar="FILE",
+        help="agents from a YAML or JSON file: one mapping with kind: chat, ... or "
+        "agents: {NAME: ...} (repeatable)",
+    )
+    e.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="requests in flight per process for chat agents (default: their spec's, 64)",
     )
     e.add_argument(
         "--tasks",

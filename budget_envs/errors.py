@@ -28,6 +28,7 @@ __all__ = [
     "GameFileError",
     "GenerationError",
     "GenerationTimeout",
+    "PreflightError",
     "RayUnavailable",
     "ShopHTTPError",
     "TaskGenerationError",
@@ -108,6 +109,14 @@ class AgentError(BudgetEnvsError, RuntimeError):
     """The agent could not produce an action (e.g. its endpoint kept failing after retries).
 
     The runner records the episode as an error, never as a failure of the task.
+    """
+
+
+class PreflightError(AgentError, ConnectionError):
+    """An agent's endpoint is unusable before any episode: no server, a bad key, no such model.
+
+    :func:`~budget_envs.eval.runner.run_plan` raises it before writing anything; the CLI prints
+    its one-line message and exits with 2.
     """
 
 

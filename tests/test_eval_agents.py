@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from contract_helpers import TOY_ID
 
+from budget_envs.errors import PreflightError
 from budget_envs.eval.agents import (
     Agent,
     AgentError,
@@ -52,6 +53,14 @@ class ChatServer:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
                 pass
+
+            def do_GET(self):  # the chat agent's preflight: the served models
+                payload = json.dumps({"object": "list", "data": [{"id": "test-model"}]}).encode()
+                self.send_response(200 if self.path == "/v1/models" else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -265,19 +274,16 @@ def test_runner_with_chat_agent_records_tokens_and_errors(server, tmp_path):
     assert all(r["error"] is None and not r["won"] and r["turns"] == 3 for r in eps)
     assert all(r["tokens"]["requests"] == 3 and r["tokens"]["prompt_tokens"] == 30 for r in eps)
     assert [r["correct"] for r in recs if r["record"] == "probe"] == [False]
-    # a dead endpoint: retried, then recorded as errors
+    # a dead endpoint: the preflight refuses it before anything is written
     dead = ChatAgent(
         base_url="http://127.0.0.1:9/v1", model="m", retries=1, backoff=0.01, timeout=0.5
     )
-    result = run_plan(
-        EvalPlan(env_ids=[TOY_ID], agents={"dead": dead}, tasks=1, samples=2, budgets=[3]),
-        tmp_path / "dead",
-    )
-    assert result.errors == 2
-    assert all(
-        "AgentError" in r["error"] and "2 attempts" in r["error"]
-        for r in load_records(tmp_path / "dead")
-    )
+    with pytest.raises(PreflightError, match="no OpenAI-compatible server answers"):
+        run_plan(
+            EvalPlan(env_ids=[TOY_ID], agents={"dead": dead}, tasks=1, samples=2, budgets=[3]),
+            tmp_path / "dead",
+        )
+    assert not (tmp_path / "dead").exists()
 
 
 def test_random_and_oracle_agents_are_seeded():

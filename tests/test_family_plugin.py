@@ -131,11 +131,11 @@ def test_prepare_unknown_family_names_the_known_ones(corridor, capsys):
 def test_chat_agent_uses_the_row_prompt(corridor):
     agent = ChatAgent(base_url="http://127.0.0.1:9/v1", model="m")
     agent.reset(env_id=CORRIDOR_ID, observation="Room 1 of 4.", info={"goal": ""}, seed=0)
-    assert agent._messages[0] == {"role": "system", "content": CORRIDOR_PROMPT}
+    assert agent.messages[0] == {"role": "system", "content": CORRIDOR_PROMPT}
     # an override by family name wins over the row's prompt
     agent = ChatAgent(base_url="http://127.0.0.1:9/v1", model="m", prompts={"Corridor": "mine"})
     agent.reset(env_id=CORRIDOR_ID, observation="Room 1 of 4.", info={}, seed=0)
-    assert agent._messages[0]["content"] == "mine"
+    assert agent.messages[0]["content"] == "mine"
 
 
 def test_a_callable_prompt_sees_the_first_info():

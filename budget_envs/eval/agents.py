@@ -3,8 +3,9 @@
 * :class:`RandomAgent` - a seeded uniform choice among the admissible actions (the floor);
 * :class:`OracleAgent` - follows the env's oracle with probability ``1 - epsilon`` (the ceiling,
   and with ``epsilon > 0`` a known-ground-truth agent that makes mistakes and must recover);
-* :class:`ChatAgent` - any OpenAI-compatible chat-completions endpoint over HTTP (vLLM, SGLang,
-  llama.cpp's server, hosted APIs), with native tool calls for tool-use envs.
+* :class:`~budget_envs.eval.chat.ChatAgent` - any OpenAI-compatible chat-completions endpoint
+  (vLLM, SGLang, llama.cpp's server, ``transformers serve``, hosted APIs), async, with native
+  tool calls for tool-use envs (importable from here too).
 
 Agents never see the budget unless the env shows it in the observation: the runner removes
 ``info["budget"]`` for budget-hidden runs, which is what makes the single-run derivation valid.
@@ -14,24 +15,22 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from budget_envs._util import tool_call_action, tool_calls_action
+from budget_envs._util import tool_call_action
 from budget_envs.errors import AgentError
 
 __all__ = [
     "Agent",
     "AgentError",
-    "ChatAgent",
     "DEFAULT_PROMPTS",
     "OracleAgent",
     "RandomAgent",
     "make_agent",
+    "parse_spec",
+    "spec_from_mapping",
     "system_prompt",
     "tool_call_action",
 ]
@@ -173,287 +172,104 @@ def system_prompt(env_id: str, info: Mapping[str, Any], prompts: Mapping[str, st
     return entry.chat_prompt(info) or default
 
 
-@dataclass
-class _Usage:
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    requests: int = 0
-    retries: int = 0
-
-
-class ChatAgent:
-    """An agent behind an OpenAI-compatible ``/chat/completions`` endpoint.
-
-    Args:
-        base_url: e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is appended).
-        model: the model name sent in every request.
-        api_key_env: the name of the environment variable holding the API key ("" = no key).
-        temperature, max_tokens: sampling settings sent in every request.
-        retries: extra attempts after a failed request (connection error, timeout, HTTP 429 or
-            5xx), with exponential backoff ``backoff * 2**attempt`` seconds; then
-            :class:`AgentError`.
-        timeout: seconds per request.
-        history: how many past (action, observation) exchanges to send besides the first one.
-        prompts: system prompts keyed by family name (a registry row's ``family``) or by id,
-            plus ``"default"``; they win over the rows' own prompts (see :func:`system_prompt`).
-        tools: ``"auto"`` sends ``info["tools"]`` as native tools when the env provides them.
-        seed: sent as the request's ``seed`` (combined with the episode seed) for servers that
-            support seeded sampling.
-    """
-
-    def __init__(
-        self,
-        *,
-        base_url: str,
-        model: str,
-        api_key_env: str = "OPENAI_API_KEY",
-        temperature: float = 0.0,
-        max_tokens: int = 256,
-        retries: int = 3,
-        backoff: float = 0.5,
-        timeout: float = 60.0,
-        history: int = 20,
-        prompts: Mapping[str, str] | None = None,
-        tools: str = "auto",
-        seed: int = 0,
-        name: str | None = None,
-    ) -> None:
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
-        if not isinstance(model, str) or not model:
-            raise ValueError(f"model must be a non-empty string, got {model!r}")
-        if not isinstance(api_key_env, str):
-            raise TypeError(
-                f"api_key_env must be the name of an environment variable, got {api_key_env!r}"
-            )
-        for what, value, low in (
-            ("retries", retries, 0),
-            ("history", history, 0),
-            ("max_tokens", max_tokens, 1),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{what} must be an int >= {low}, got {value!r}")
-        for what, value in (
-            ("temperature", temperature),
-            ("backoff", backoff),
-            ("timeout", timeout),
-        ):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{what} must be a number >= 0, got {value!r}")
-        if tools not in ("auto", "never"):
-            raise ValueError(f"tools must be 'auto' or 'never', got {tools!r}")
-        self.base_url = base_url.rstrip("/")
-        self.model = model
-        self.api_key_env = api_key_env
-        self.temperature = float(temperature)
-        self.max_tokens = max_tokens
-        self.retries = retries
-        self.backoff = float(backoff)
-        self.timeout = float(timeout)
-        self.history = history
-        self.prompts = {**DEFAULT_PROMPTS, **(prompts or {})}
-        self.tools = tools
-        self.seed = _check_seed(seed)
-        self.name = name or f"chat:{model}"
-        self._session: Any = None
-        self._messages: list[dict[str, Any]] = []
-        self._head = 0
-        self._episode_seed = 0
-        self._usage = _Usage()
-        self._pending_ids: list[str] = []
-        self._awaiting = False
-        self._tool_schema: Any = None
-
-    # -- state that does not pickle (worker processes build their own session)
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_session"] = None
-        return state
-
-    def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
-        import requests
-
-        if self._session is None:
-            self._session = requests.Session()
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        url = f"{self.base_url}/chat/completions"
-        last = "no attempt"
-        for attempt in range(self.retries + 1):
-            if attempt:
-                self._usage.retries += 1
-                time.sleep(self.backoff * 2 ** (attempt - 1))
-            try:
-                resp = self._session.post(url, json=payload, headers=headers, timeout=self.timeout)
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                last = f"{type(exc).__name__}: {exc}"
-                logger.warning("chat request failed (attempt %d): %s", attempt + 1, last)
-                continue
-            if resp.status_code == 429 or resp.status_code >= 500:
-                last = f"HTTP {resp.status_code}: {resp.text[:200]}"
-                logger.warning("chat request failed (attempt %d): %s", attempt + 1, last)
-                continue
-            if resp.status_code >= 400:
-                raise AgentError(
-                    f"{url} rejected the request: HTTP {resp.status_code}: {resp.text[:500]}"
-                )
-            try:
-                return resp.json()
-            except ValueError:
-                last = f"unparseable response: {resp.text[:200]!r}"
-                continue
-        raise AgentError(f"{url} failed after {self.retries + 1} attempts; last error: {last}")
-
-    def reset(self, *, env_id: str, observation: str, info: Mapping[str, Any], seed: int) -> None:
-        system = system_prompt(env_id, info, self.prompts)
-        goal = info.get("goal")
-        first = observation if not goal or goal in observation else f"Goal: {goal}\n\n{observation}"
-        self._messages = [{"role": "system", "content": system}, {"role": "user", "content": first}]
-        self._head = 2
-        self._episode_seed = int(seed)
-        self._usage = _Usage()
-        self._pending_ids = []
-        self._awaiting = False
-        self._tool_schema = info.get("tools") if self.tools == "auto" else None
-
-    def _window(self) -> list[dict[str, Any]]:
-        head, rest = self._messages[: self._head], self._messages[self._head :]
-        if self.history == 0:
-            rest = rest[-1:] if rest else []
-        else:
-            # Cut at an assistant message so tool results never lose their call.
-            cut = len(rest)
-            exchanges = 0
-            for i in range(len(rest) - 1, -1, -1):
-                if rest[i]["role"] == "assistant":
-                    exchanges += 1
-                    cut = i
-                    if exchanges == self.history:
-                        break
-            rest = rest[cut:] if exchanges else rest
-        return head + rest
-
-    def _add_observation(self, observation: str) -> None:
-        if self._pending_ids:
-            for i, call_id in enumerate(self._pending_ids):
-                content = observation if i == 0 else "(see the previous tool result)"
-                self._messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
-            self._pending_ids = []
-        else:
-            self._messages.append({"role": "user", "content": observation})
-
-    def act(self, observation: str, info: Mapping[str, Any]) -> str:
-        if self._awaiting:
-            self._add_observation(observation)
-        self._awaiting = True
-        payload: dict[str, Any] = {
-            "model": self.model,
-            "messages": self._window(),
-            "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
-            "seed": (self.seed * 1_000_003 + self._episode_seed) % (2**31),
-        }
-        if self._tool_schema:
-            payload["tools"] = list(self._tool_schema)
-        data = self._post(payload)
-        self._usage.requests += 1
-        usage = data.get("usage") or {}
-        self._usage.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-        self._usage.completion_tokens += int(usage.get("completion_tokens") or 0)
-        try:
-            message = data["choices"][0]["message"]
-        except (KeyError, IndexError, TypeError):
-            raise AgentError(f"malformed chat completion: {json.dumps(data)[:300]}") from None
-        calls = message.get("tool_calls") or []
-        if calls:
-            parsed = []
-            ids = []
-            for n, call in enumerate(calls):
-                fn = call.get("function") or {}
-                raw = fn.get("arguments")
-                try:
-                    args = json.loads(raw) if isinstance(raw, str) else (raw or {})
-                except ValueError:
-                    args = raw  # the env answers broken JSON with feedback, as a turn
-                parsed.append((fn.get("name", ""), args))
-                ids.append(call.get("id") or f"call_{len(self._messages)}_{n}")
-            self._messages.append(
-                {
-                    "role": "assistant",
-                    "content": message.get("content"),
-                    "tool_calls": [
-                        {
-                            "id": i,
-                            "type": "function",
-                            "function": {
-                                "name": c.get("function", {}).get("name", ""),
-                                "arguments": c.get("function", {}).get("arguments", "{}"),
-                            },
-                        }
-                        for i, c in zip(ids, calls)
-                    ],
-                }
-            )
-            self._pending_ids = ids
-            return tool_calls_action(parsed)
-        text = (message.get("content") or "").strip()
-        self._messages.append({"role": "assistant", "content": text})
-        # Models often wrap the action in quotes or add a second line; keep the first line.
-        action = text.splitlines()[0].strip().strip("`").strip() if text else ""
-        return action
-
-    def teacher_force(self, action: str, observation: str, info: Mapping[str, Any]) -> None:
-        """Record an action chosen by someone else (the oracle prefix) and what followed."""
-        if self._awaiting:
-            raise AgentError("teacher_force() after act() needs the observation of that act first")
-        self._messages.append({"role": "assistant", "content": action})
-        self._messages.append({"role": "user", "content": observation})
-
-    def usage(self) -> dict[str, int]:
-        """Token counts of the current episode."""
-        return {
-            "prompt_tokens": self._usage.prompt_tokens,
-            "completion_tokens": self._usage.completion_tokens,
-            "requests": self._usage.requests,
-            "retries": self._usage.retries,
-        }
-
-
 # ---------------------------------------------------------------------- specs
-def _parse_value(text: str) -> Any:
+def _value_at(spec: str, i: int) -> tuple[Any, int]:
+    """The value starting at ``spec[i]`` and the index after it.
+
+    A JSON value (object, array, string, number, true/false/null) is taken whole when a comma
+    or the end follows it, so ``stop=["\\n","###"]`` and ``extra_body={"a": 1, "b": 2}`` keep
+    their commas; anything else runs to the next comma and is a string.
+    """
+    if i < len(spec) and spec[i] in '{["':
+        try:
+            value, end = json.JSONDecoder().raw_decode(spec, i)
+        except ValueError:
+            pass
+        else:
+            if end == len(spec) or spec[end] == ",":
+                return value, end
+    end = spec.find(",", i)
+    end = len(spec) if end < 0 else end
+    text = spec[i:end].strip()
     try:
-        return json.loads(text)
+        return json.loads(text), end
     except ValueError:
-        return text
+        return text, end
 
 
-def make_agent(spec: str, *, seed: int = 0) -> Any:
-    """Build an agent from a CLI spec: ``random``, ``oracle``, ``oracle:epsilon=0.3``,
-    ``chat:base_url=http://127.0.0.1:8000/v1,model=qwen,temperature=0.7``.
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``KIND[:key=value,...]`` into ``(kind, kwargs)``; values are JSON when they parse.
 
-    The values are JSON when they parse as JSON, else strings.
+    >>> parse_spec('chat:model=qwen,stop=["a","b"],extra_body={"x": 1, "y": 2}')
+    ('chat', {'model': 'qwen', 'stop': ['a', 'b'], 'extra_body': {'x': 1, 'y': 2}})
     """
     if not isinstance(spec, str) or not spec:
         raise ValueError(f"agent spec must be a non-empty string, got {spec!r}")
-    kind, _, rest = spec.partition(":")
+    kind, colon, rest = spec.partition(":")
     kwargs: dict[str, Any] = {}
-    if rest:
-        for part in rest.split(","):
-            key, eq, value = part.partition("=")
-            if not eq or not key.strip():
-                raise ValueError(f"agent spec {spec!r}: expected key=value, got {part!r}")
-            kwargs[key.strip().replace("-", "_")] = _parse_value(value.strip())
+    i = 0
+    while colon and i < len(rest):
+        eq = rest.find("=", i)
+        comma = rest.find(",", i)
+        if eq < 0 or (0 <= comma < eq):
+            part = rest[i : comma if comma >= 0 else len(rest)]
+            raise ValueError(f"agent spec {spec!r}: expected key=value, got {part!r}")
+        key = rest[i:eq].strip().replace("-", "_")
+        if not key:
+            raise ValueError(f"agent spec {spec!r}: a value without a key at {rest[i:]!r}")
+        kwargs[key], i = _value_at(rest, eq + 1)
+        i += 1  # the comma
+    return kind.strip(), kwargs
+
+
+def spec_from_mapping(config: Mapping[str, Any]) -> str:
+    """The spec string of an agent given as a mapping (``{"kind": "chat", "model": ...}``), in
+    the form :func:`parse_spec` reads back exactly (every value as JSON)."""
+    if not isinstance(config, Mapping) or not isinstance(config.get("kind"), str):
+        raise ValueError(f"an agent config needs a 'kind' (random, oracle, chat), got {config!r}")
+    rest = ",".join(
+        f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in config.items() if k != "kind"
+    )
+    return f"{config['kind']}:{rest}" if rest else str(config["kind"])
+
+
+def make_agent(spec: str | Mapping[str, Any], *, seed: int = 0) -> Any:
+    """Build an agent from a CLI spec: ``random``, ``oracle``, ``oracle:epsilon=0.3``,
+    ``chat:base_url=http://127.0.0.1:8000/v1,model=qwen,temperature=0.7``, or from a mapping
+    with a ``kind`` key (what ``--agent-config FILE`` holds).
+
+    The values are JSON when they parse as JSON (``stop=["\\n"]``, ``extra_body={...}``), else
+    strings. ``seed`` seeds the random and oracle agents; a chat agent sends a request seed
+    only when its spec sets one.
+    """
+    if isinstance(spec, Mapping):
+        kind, kwargs = str(spec.get("kind", "")), {k: v for k, v in spec.items() if k != "kind"}
+        kwargs = {k.replace("-", "_"): v for k, v in kwargs.items()}
+        shown: Any = dict(spec)
+    else:
+        kind, kwargs = parse_spec(spec)
+        shown = spec
     if "eps" in kwargs:
         kwargs["epsilon"] = kwargs.pop("eps")
-    kwargs.setdefault("seed", seed)
+    from budget_envs.eval.chat import ChatAgent
+
     builders = {"random": RandomAgent, "oracle": OracleAgent, "chat": ChatAgent}
     if kind not in builders:
         raise ValueError(
-            f"unknown agent kind {kind!r} in {spec!r}; expected one of {sorted(builders)}"
+            f"unknown agent kind {kind!r} in {shown!r}; expected one of {sorted(builders)}"
         )
+    if kind != "chat":
+        kwargs.setdefault("seed", seed)
     try:
         return builders[kind](**kwargs)
     except TypeError as exc:
-        raise ValueError(f"agent spec {spec!r}: {exc}") from None
+        raise ValueError(f"agent spec {shown!r}: {exc}") from None
+
+
+def __getattr__(name: str) -> Any:
+    # ChatAgent lives in budget_envs.eval.chat (which imports this module); kept importable here.
+    if name == "ChatAgent":
+        from budget_envs.eval.chat import ChatAgent
+
+        return ChatAgent
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -148,6 +148,15 @@ class WebShopEnv(TextAgentEnv):
         """The env's own :class:`~budget_envs.envs.webshop.server.ShopServer`, or None."""
         return self._server
 
+    def shared_env_kwargs(self) -> dict[str, Any]:
+        """Constructor kwargs that make more envs of this process use this env's shop server.
+
+        The eval runner's async driver (many live envs) and the OpenEnv service (one env per
+        session) pass them to every further env, so a process runs one shop server, not one per
+        env. This env keeps owning the server and stops it on close.
+        """
+        return {"base_url": self.base_url}
+
     def _start_server(self) -> None:
         from budget_envs.envs.webshop.server import ShopServer
 
@@ -415,14 +424,6 @@ class WebShopEnv(TextAgentEnv):
             self._finalizer = None
         self._server = None
         super().close()
-
-    def shared_env_kwargs(self) -> dict[str, Any]:
-        """Constructor kwargs that make more envs of this process use this env's shop server.
-
-        The OpenEnv service builds one env per session; it passes these to every session's env so
-        that a process runs one shop server, not one per session.
-        """
-        return {"base_url": self.base_url}
 
     def _state_digest(self) -> str:
         """The shop session: page, query, results page, product and sub-page, options, cart."""

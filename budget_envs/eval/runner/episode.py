@@ -54,6 +54,11 @@ def usage(agent: Any) -> dict[str, int] | None:
     return dict(fn()) if callable(fn) else None
 
 
+def turn_log(agent: Any) -> list[dict[str, Any]] | None:
+    fn = getattr(agent, "turn_log", None)
+    return list(fn()) if callable(fn) else None
+
+
 def run_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeRecord:
     """Play one episode of ``job`` with ``agent`` on ``env`` (an env made for the job's settings).
 
@@ -120,6 +125,7 @@ def run_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeRecord:
         tokens=usage(agent),
         error=error,
         key=job.key,
+        agent_turns=turn_log(agent),
     )
 
 

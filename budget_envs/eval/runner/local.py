@@ -10,7 +10,6 @@ from budget_envs.eval.runner.worker import (
     chunks,
     register_entries,
     registry_entries,
-    run_one,
 )
 
 __all__ = ["iter_process"]
@@ -27,7 +26,23 @@ def _pool_init(agents: Mapping[str, Any], entries: Sequence[Any]) -> None:
 def _pool_chunk(chunk: list[Any], env_kwargs: Mapping[str, Any]) -> list[Any]:
     if _PROCESS_WORKER is None:
         raise RuntimeError("worker process was not initialized (_pool_init)")
-    return [run_one(_PROCESS_WORKER, job, env_kwargs) for job in chunk]
+    from budget_envs.eval.runner.async_driver import run_worker_jobs
+
+    return list(run_worker_jobs(_PROCESS_WORKER, chunk, env_kwargs))
+
+
+def async_chunk(agents: Mapping[str, Any]) -> int:
+    """Jobs per chunk that keep an async agent's requests in flight in a worker process: a
+    chunk's episodes run concurrently, so a chunk must hold several times the concurrency."""
+    from budget_envs.eval.agents import make_agent
+    from budget_envs.eval.runner.async_driver import is_async_agent
+
+    sizes = [1]
+    for spec in agents.values():
+        agent = make_agent(spec) if isinstance(spec, str) else spec
+        if is_async_agent(agent):
+            sizes.append(4 * int(getattr(agent, "concurrency", 64)))
+    return max(sizes)
 
 
 def iter_process(
@@ -41,6 +56,7 @@ def iter_process(
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     # fork: workers inherit ids registered at run time (tests, users' own envs) and the agents.
+    chunk = max(chunk, async_chunk(agents))
     ctx = multiprocessing.get_context(
         "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     )

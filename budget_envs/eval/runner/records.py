@@ -45,6 +45,9 @@ class EpisodeRecord:
     error: str | None = None
     key: str = ""
     record: str = "episode"
+    #: LLM agents: one dict per request (finish_reason, token usage, reasoning; see
+    #: :meth:`budget_envs.eval.chat.ChatEpisode.turn_log`); None for other agents.
+    agent_turns: list[dict[str, Any]] | None = None
 
 
 @dataclass

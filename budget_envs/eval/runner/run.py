@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from budget_envs.eval.runner.async_driver import preflight_agents
 from budget_envs.eval.runner.local import iter_process
 from budget_envs.eval.runner.plan import EvalPlan, plan_jobs, select_tasks
 from budget_envs.eval.runner.ray_backend import connect, iter_ray
@@ -49,6 +50,10 @@ def run_plan(
             initialized Ray is used as is).
         resume: skip episodes already recorded without error; otherwise an existing non-empty
             record file is an error (no silent overwrite, no silent mixing).
+
+    Agents with a ``preflight()`` (the chat agent) are checked first: an unusable endpoint
+    raises :class:`~budget_envs.errors.PreflightError` before anything is written. Episodes of
+    async agents run concurrently in each process (``concurrency`` requests in flight).
         on_start(total, skipped) and on_record(record): progress hooks (the CLI's progress bar).
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -66,6 +71,7 @@ def run_plan(
         done_keys = {r["key"] for r in load_records(run_dir) if not r.get("error")}
     if ray is not None:
         connect(ray)  # fail before anything is written when the cluster is unreachable
+    preflight_agents(plan.agents)  # likewise for a dead or wrong LLM endpoint (PreflightError)
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / CONFIG_FILE
     selections = {e: select_tasks(e, plan.tasks, plan.env_kwargs) for e in plan.env_ids}

@@ -17,7 +17,16 @@ from budget_envs.eval.runner.plan import EpisodeJob, ProbeJob, make_env
 from budget_envs.eval.runner.probe import run_probe
 from budget_envs.eval.runner.records import EpisodeRecord, ProbeRecord
 
-__all__ = ["Worker", "chunks", "registry_entries", "register_entries", "run_jobs", "run_one"]
+__all__ = [
+    "Worker",
+    "chunks",
+    "env_key",
+    "job_env_kwargs",
+    "registry_entries",
+    "register_entries",
+    "run_jobs",
+    "run_one",
+]
 
 
 class Worker:
@@ -27,6 +36,8 @@ class Worker:
         self.agent_specs = dict(agents)
         self.agents: dict[str, Any] = {}
         self.envs: dict[tuple, gym.Env] = {}
+        #: The async driver's pool of envs for live episodes (kept across chunks).
+        self.pool: Any = None
 
     def agent(self, name: str) -> Any:
         if name not in self.agents:
@@ -36,34 +47,43 @@ class Worker:
         return self.agents[name]
 
     def env(self, job: EpisodeJob | None, env_id: str, env_kwargs: Mapping[str, Any]) -> gym.Env:
-        if job is None:
-            key: tuple = (env_id, "bare")
-        else:
-            key = (env_id, job.visibility, job.fault_turn, job.fault_kinds)
+        key = env_key(job, env_id)
         if key not in self.envs:
-            if job is None:
-                self.envs[key] = make_env(env_id, budget=None, **env_kwargs)
-            else:
-                faults = None
-                if job.fault_turn is not None:
-                    faults = {
-                        "kinds": list(job.fault_kinds or ("slip",)),
-                        "at_turn": job.fault_turn,
-                        "max_faults": 1,
-                    }
-                self.envs[key] = make_env(
-                    env_id,
-                    visibility=job.visibility,
-                    budget=job.budget,
-                    faults=faults,
-                    **env_kwargs,
-                )
+            self.envs[key] = make_env(env_id, **job_env_kwargs(job), **env_kwargs)
         return self.envs[key]
 
     def close(self) -> None:
+        if self.pool is not None:  # its envs may use a server that one of ours owns
+            self.pool.close()
+            self.pool = None
         for env in self.envs.values():
             env.close()
         self.envs.clear()
+        for agent in self.agents.values():
+            close = getattr(agent, "close", None)
+            if callable(close):
+                close()
+
+
+def env_key(job: EpisodeJob | None, env_id: str) -> tuple:
+    """Jobs with the same key can share an env (reset sets the task, seed and budget)."""
+    if job is None:
+        return (env_id, "bare")
+    return (env_id, job.visibility, job.fault_turn, job.fault_kinds)
+
+
+def job_env_kwargs(job: EpisodeJob | None) -> dict[str, Any]:
+    """The wrapper settings of a job's env (None: the bare env of a probe)."""
+    if job is None:
+        return {"budget": None}
+    faults = None
+    if job.fault_turn is not None:
+        faults = {
+            "kinds": list(job.fault_kinds or ("slip",)),
+            "at_turn": job.fault_turn,
+            "max_faults": 1,
+        }
+    return {"visibility": job.visibility, "budget": job.budget, "faults": faults}
 
 
 def run_one(
@@ -80,11 +100,14 @@ def run_jobs(
     agents: Mapping[str, Any],
     env_kwargs: Mapping[str, Any] | None = None,
 ) -> Iterator[EpisodeRecord | ProbeRecord]:
-    """Run ``jobs`` one after another in this process, yielding each record as it ends."""
+    """Run ``jobs`` in this process, yielding each record as it ends: one after another, except
+    the episodes of async agents (the chat agent), which the async driver plays concurrently
+    (:mod:`budget_envs.eval.runner.async_driver`)."""
+    from budget_envs.eval.runner.async_driver import run_worker_jobs
+
     worker = Worker(agents)
     try:
-        for job in jobs:
-            yield run_one(worker, job, env_kwargs or {})
+        yield from run_worker_jobs(worker, jobs, env_kwargs or {})
     finally:
         worker.close()
 
