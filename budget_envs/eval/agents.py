@@ -429,9 +429,16 @@ def _parse_value(text: str) -> Any:
         return text
 
 
+def _policy_agent(**kwargs: Any) -> Any:
+    from budget_envs.eval.policy_agent import PolicyAgent  # loads torch only when asked for
+
+    return PolicyAgent(**kwargs)
+
+
 def make_agent(spec: str, *, seed: int = 0) -> Any:
     """Build an agent from a CLI spec: ``random``, ``oracle``, ``oracle:epsilon=0.3``,
-    ``chat:base_url=http://127.0.0.1:8000/v1,model=qwen,temperature=0.7``.
+    ``chat:base_url=http://127.0.0.1:8000/v1,model=qwen,temperature=0.7``, ``policy:DIR`` (a
+    trained policy folder, see :mod:`budget_envs.eval.policy_agent`).
 
     The values are JSON when they parse as JSON, else strings.
     """
@@ -439,6 +446,8 @@ def make_agent(spec: str, *, seed: int = 0) -> Any:
         raise ValueError(f"agent spec must be a non-empty string, got {spec!r}")
     kind, _, rest = spec.partition(":")
     kwargs: dict[str, Any] = {}
+    if kind == "policy" and rest and "=" not in rest.split(",", 1)[0]:
+        kwargs["path"], _, rest = rest.partition(",")  # policy:DIR[,key=value...]
     if rest:
         for part in rest.split(","):
             key, eq, value = part.partition("=")
@@ -448,7 +457,12 @@ def make_agent(spec: str, *, seed: int = 0) -> Any:
     if "eps" in kwargs:
         kwargs["epsilon"] = kwargs.pop("eps")
     kwargs.setdefault("seed", seed)
-    builders = {"random": RandomAgent, "oracle": OracleAgent, "chat": ChatAgent}
+    builders = {
+        "random": RandomAgent,
+        "oracle": OracleAgent,
+        "chat": ChatAgent,
+        "policy": _policy_agent,
+    }
     if kind not in builders:
         raise ValueError(
             f"unknown agent kind {kind!r} in {spec!r}; expected one of {sorted(builders)}"
