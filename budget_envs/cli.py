@@ -806,6 +806,7 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
                 minibatch_size=min(128, args.batch_size),
                 lr=args.lr,
                 checkpoint_every=args.checkpoint_every,
+                process_reward=args.process_reward,
                 resume=args.resume,
                 num_cpus=args.num_cpus,
             )
@@ -947,6 +948,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-actions", type=int, default=2048, help="action slots (rllib)")
     t.add_argument("--batch-size", type=int, default=512, help="env steps per iteration (rllib)")
     t.add_argument("--lr", type=float, default=3e-4)
+    t.add_argument(
+        "--process-reward",
+        type=float,
+        default=None,
+        metavar="SCALE",
+        help="add the oracle's progress signal (ProcessReward) to the reward (rllib)",
+    )
     t.add_argument("--checkpoint-every", type=int, default=5, help="iterations between checkpoints")
     t.add_argument("--num-cpus", type=int, default=2, help="CPUs of the local Ray (rllib)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
