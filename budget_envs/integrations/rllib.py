@@ -66,6 +66,8 @@ class MaskedTextEnv(gym.Env):
         budget, visibility, faults: the wrapper options of ``gymnasium.make`` (with an id).
             With a ready env, ``visibility`` must say what that env shows.
         process_reward: the scale of a :class:`ProcessReward` signal added to the reward.
+        process_max_cost: its ``max_cost`` (a lost task costs ``scale * (max_cost - cost)``:
+            keep it near the family's longest solution so one loss does not drown the wins).
         max_actions: slots for actions (a state with more raises :class:`TooManyActions`).
         obs_dim, goal_dim, hist_dim, action_tokens, vocab, max_budget: sizes of the arrays
             (see :class:`~budget_envs.integrations.rllib_features.FeatureSpec`).
@@ -86,6 +88,7 @@ class MaskedTextEnv(gym.Env):
         visibility: str = "hidden",
         faults: Any = None,
         process_reward: float | None = None,
+        process_max_cost: int = 100,
         max_actions: int = 2048,
         obs_dim: int = 1024,
         goal_dim: int = 256,
@@ -99,13 +102,12 @@ class MaskedTextEnv(gym.Env):
         warn_within = 3
         if isinstance(env, str):
             env = make_env(
-                env,
-                budget=budget,
-                visibility=visibility,
-                faults=faults,
-                process_reward=process_reward,
-                **(env_kwargs or {}),
+                env, budget=budget, visibility=visibility, faults=faults, **(env_kwargs or {})
             )
+            if process_reward is not None:
+                from budget_envs.wrappers import ProcessReward
+
+                env = ProcessReward(env, scale=process_reward, max_cost=process_max_cost)
         elif not isinstance(env, gym.Env):
             raise TypeError(f"env must be an env id or a gymnasium.Env, got {env!r}")
         try:

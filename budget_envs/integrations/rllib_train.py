@@ -43,6 +43,7 @@ METRICS: tuple[str, ...] = (
     "invalid_action_rate",
     "wall_s",
 )
+_INT_COLUMNS = frozenset({"iteration", "timesteps", "episodes"})
 _RESULT_KEYS = {
     "return_mean": "episode_return_mean",
     "win_rate": "win_rate",
@@ -119,6 +120,7 @@ def train(
     entropy_coeff: float = 0.01,
     hidden: int = 128,
     process_reward: float | None = None,
+    process_max_cost: int = 100,
     checkpoint_every: int = 5,
     resume: bool = False,
     num_cpus: int = 2,
@@ -163,6 +165,7 @@ def train(
         "seed": seed,
         "env_kwargs": env_kwargs,
         "process_reward": process_reward,
+        "process_max_cost": process_max_cost,
     }
     if budget is not DEFAULT_BUDGET:
         env_config["budget"] = budget
@@ -178,6 +181,7 @@ def train(
         "entropy_coeff": entropy_coeff,
         "hidden": hidden,
         "process_reward": process_reward,
+        "process_max_cost": process_max_cost,
         "seed": seed,
     }
     meta = {
@@ -262,7 +266,9 @@ def _write_rows(path: Path, rows: list[dict[str, float]]) -> None:
         writer = csv.DictWriter(f, fieldnames=list(METRICS))
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: row.get(k, "") for k in METRICS})
+            writer.writerow(
+                {k: int(row[k]) if k in _INT_COLUMNS else row.get(k, "") for k in METRICS}
+            )
     tmp.replace(path)
 
 
