@@ -171,6 +171,21 @@ def test_env_creator_config():
         MaskedTextEnv(TOY, max_actions=0)
 
 
+def test_smoke_example_exits_zero():
+    """Runs before this module starts its own Ray session (one local cluster at a time)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", RAY_DEDUP_LOGS="0")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "rllib_ppo_budgetmix.py"), "--smoke"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "iter 2:" in proc.stdout
+
+
 def _module(env):
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
@@ -229,17 +244,3 @@ def test_ppo_two_iterations_with_a_remote_runner(ray_session):
         assert runners["invalid_action_rate"] == 0.0  # masked slots are never sampled
     finally:
         algo.stop()
-
-
-def test_smoke_example_exits_zero():
-    env = dict(os.environ, OMP_NUM_THREADS="1", RAY_DEDUP_LOGS="0")
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "rllib_ppo_budgetmix.py"), "--smoke"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "iter 2:" in proc.stdout
