@@ -87,12 +87,19 @@ def _plot(rows: list[dict[str, float]], path: Path, title: str) -> bool:
     its = [r["iteration"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(its, [r["win_rate"] for r in rows], label="win rate", color="tab:blue")
-    ax.plot(its, [r["return_mean"] for r in rows], label="return", color="tab:orange", ls="--")
+    ax.plot(
+        its,
+        [r["return_mean"] for r in rows],
+        label="return (reward incl. any progress signal)",
+        color="tab:orange",
+        ls="--",
+    )
     ax.plot(
         its, [r["invalid_action_rate"] for r in rows], label="invalid-action rate", color="tab:red"
     )
     ax.set_xlabel("iteration")
-    ax.set_ylim(-0.02, 1.02)
+    finite = [r["return_mean"] for r in rows if r["return_mean"] == r["return_mean"]]
+    ax.set_ylim(min([-0.02, *finite]), max([1.02, *finite]))
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
