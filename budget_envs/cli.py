@@ -807,6 +807,10 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
                 lr=args.lr,
                 checkpoint_every=args.checkpoint_every,
                 process_reward=args.process_reward,
+                process_max_cost=args.process_max_cost,
+                hidden=args.hidden,
+                entropy_coeff=args.entropy_coeff,
+                num_epochs=args.num_epochs,
                 resume=args.resume,
                 num_cpus=args.num_cpus,
             )
@@ -955,6 +959,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SCALE",
         help="add the oracle's progress signal (ProcessReward) to the reward (rllib)",
     )
+    t.add_argument(
+        "--process-max-cost",
+        type=int,
+        default=100,
+        help="the progress signal's max_cost: a loss costs SCALE * (MAX_COST - cost) (rllib)",
+    )
+    t.add_argument("--hidden", type=int, default=128, help="network width (rllib)")
+    t.add_argument("--entropy-coeff", type=float, default=0.01, help="PPO entropy bonus (rllib)")
+    t.add_argument("--num-epochs", type=int, default=4, help="PPO epochs per batch (rllib)")
     t.add_argument("--checkpoint-every", type=int, default=5, help="iterations between checkpoints")
     t.add_argument("--num-cpus", type=int, default=2, help="CPUs of the local Ray (rllib)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")

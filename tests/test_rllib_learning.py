@@ -30,8 +30,11 @@ CASES = {
         train_kwargs={"level": 1, "tasks_per_level": 8},
         eval_kwargs={"level": 1, "tasks_per_level": 10, "split": "valid_seen"},
         eval_budget=30,
-        extra=["--max-actions", "128", "--process-reward", "0.5", "--lr", "0.001"],
-        iterations=30,
+        extra=[
+            *("--max-actions", "128", "--process-reward", "0.5", "--process-max-cost", "30"),
+            *("--lr", "0.001", "--hidden", "64", "--entropy-coeff", "0.005", "--num-epochs", "6"),
+        ],
+        iterations=60,
     ),
     "tooluse": dict(
         env_id="BudgetMix/ToolUse-v0",
@@ -39,7 +42,10 @@ CASES = {
         train_kwargs={"level": 1, "world_seed": 0},
         eval_kwargs={"level": 1, "world_seed": 1},
         eval_budget=12,
-        extra=["--max-actions", "256", "--process-reward", "0.5"],
+        extra=[
+            *("--max-actions", "256", "--process-reward", "0.5", "--process-max-cost", "10"),
+            *("--entropy-coeff", "0.02"),
+        ],
         iterations=30,
     ),
 }
