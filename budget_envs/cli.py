@@ -850,7 +850,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="[NAME=]SPEC",
         help="random | oracle | oracle:epsilon=0.3 | chat:base_url=URL,model=NAME[,temperature=0.7,"
-        "api_key_env=VAR,max_tokens=256,history=20,retries=3,timeout=60] (repeatable)",
+        "api_key_env=VAR,max_tokens=256,history=20,retries=3,timeout=60] | policy:DIR[,greedy=true,"
+        "check_visibility=false] (repeatable)",
     )
     e.add_argument(
         "--tasks",
