@@ -32,6 +32,7 @@ __all__ = [
     "ShopHTTPError",
     "TaskGenerationError",
     "ToolError",
+    "TooManyActions",
     "UnknownFaultKind",
     "WebShopServerError",
 ]
@@ -120,3 +121,7 @@ class DerivationError(BudgetEnvsError, ValueError):
 
 class RayUnavailable(BudgetEnvsError, ConnectionError):
     """The Ray back end cannot reach the cluster it was pointed at."""
+
+
+class TooManyActions(BudgetEnvsError, ValueError):
+    """A state offers more actions than a finite-action policy has slots (``max_actions``)."""

@@ -35,7 +35,9 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
-from gymnasium import error, spaces
+from gymnasium import spaces
+
+from budget_envs.errors import TooManyActions
 
 __all__ = [
     "ACTION_FEATS",
@@ -63,10 +65,6 @@ ACTION_FEATS: tuple[str, ...] = (
 )
 N_ACTION_FEATS = len(ACTION_FEATS)
 _VISIBILITIES = ("hidden", "remaining", "final_warning")
-
-
-class TooManyActions(error.Error):
-    """A state offers more actions than the policy's ``max_actions`` slots."""
 
 
 def hash_features(text: str, dim: int, bigrams: bool = True) -> np.ndarray:
