@@ -1,4 +1,5 @@
-"""The ``budgetmix`` command line: list, play, eval, report, compare, demo, prepare, serve-web.
+"""The ``budgetmix`` command line: list, play, eval, report, compare, demo, train, prepare,
+serve-web.
 
 This module is the only place in the package that prints or draws progress bars.
 """
@@ -844,6 +845,97 @@ def _indent(text: str, width: int = 600) -> str:
     return "\n".join("    " + line for line in text.splitlines())
 
 
+# ---------------------------------------------------------------------- train
+def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
+    """``budgetmix train``: RLlib PPO or TRL, into a policy folder ``--agent p=policy:DIR`` plays."""
+    _check_env_ids([args.env_id])
+    from budget_envs.integrations.common import DEFAULT_BUDGET
+
+    budget: Any = DEFAULT_BUDGET if args.budget is None else args.budget
+    if budget is not DEFAULT_BUDGET:
+        from budget_envs.wrappers.budget_spec import parse_budget
+
+        try:
+            parse_budget(budget)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"bad --budget {args.budget!r}: {exc}") from None
+    bar: Any = None
+
+    def progress(it: int, total: int, row: dict[str, float]) -> None:
+        nonlocal bar
+        if args.quiet:
+            return
+        if bar is None:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, initial=it - 1, desc="train", unit="it", file=sys.stderr)
+        bar.update(1)
+        bar.set_postfix(win=f"{row.get('win_rate', float('nan')):.2f}")
+
+    common = dict(
+        budget=budget,
+        visibility=args.visibility,
+        env_kwargs=args.env_kwargs or {},
+        seed=args.seed,
+        out_dir=args.out,
+        iterations=args.iterations,
+        progress=progress,
+    )
+    try:
+        if args.trainer == "trl":
+            if importlib.util.find_spec("trl") is None:
+                raise UsageError(
+                    '--trainer trl needs the trl extra: pip install "budget-envs[trl]"'
+                )
+            trl_mod = importlib.import_module("budget_envs.integrations.trl")
+            fn = getattr(trl_mod, "train", None)
+            if not callable(fn):
+                raise UsageError(
+                    "--trainer trl: this install's budget_envs.integrations.trl has no train() yet"
+                )
+            result = fn(args.env_id, **common)
+        else:
+            if importlib.util.find_spec("ray") is None or importlib.util.find_spec("torch") is None:
+                raise UsageError(
+                    '--trainer rllib needs the rllib extra: pip install "budget-envs[rllib]"'
+                )
+            from budget_envs.integrations.rllib_train import train
+
+            result = train(
+                args.env_id,
+                **common,
+                gamma=args.gamma,
+                max_actions=args.max_actions,
+                train_batch_size=args.batch_size,
+                minibatch_size=min(128, args.batch_size),
+                lr=args.lr,
+                checkpoint_every=args.checkpoint_every,
+                process_reward=args.process_reward,
+                process_max_cost=args.process_max_cost,
+                hidden=args.hidden,
+                entropy_coeff=args.entropy_coeff,
+                num_epochs=args.num_epochs,
+                resume=args.resume,
+                num_cpus=args.num_cpus,
+            )
+    except (FileExistsError, FileNotFoundError, ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        if bar is not None:
+            bar.close()
+    rows = result.get("rows") or []
+    last = rows[-1] if rows else {}
+    print(
+        f"{result.get('iterations', len(rows))} iterations in {result.get('wall_s', 0):.0f} s; "
+        f"last win rate {last.get('win_rate', float('nan')):.3f}, return "
+        f"{last.get('return_mean', float('nan')):.3f}. Policy in {result['out_dir']} "
+        f"(metrics.csv{', curve.png' if result.get('curve') else ''}). Next: budgetmix eval "
+        f"{args.env_id} --agent p=policy:{result['out_dir']} --visibility {args.visibility} ...",
+        file=out,
+    )
+    return 0
+
+
 # ---------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -862,8 +954,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="[NAME=]SPEC",
         help="random | oracle | oracle:epsilon=0.3 | chat:base_url=URL,model=NAME[,temperature=0.7,"
-        'max_tokens=256,stop=["\\n"],extra_body={...},api_key_env=VAR,concurrency=64,...]; values '
-        "are JSON when they parse (repeatable; see docs/llm-agents.md)",
+        'max_tokens=256,stop=["\\n"],extra_body={...},api_key_env=VAR,concurrency=64,...] | '
+        "policy:DIR[,greedy=true,check_visibility=false]; values are JSON when they parse "
+        "(repeatable; see docs/llm-agents.md and docs/training.md)",
     )
     e.add_argument(
         "--agent-config",
@@ -969,6 +1062,45 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-sessions", type=int, default=64, help="concurrent sessions (64)")
     sv.add_argument("--idle-timeout", type=float, default=300.0, help="seconds; 0: never")
     sv.add_argument("--max-message-bytes", type=int, default=1 << 20)
+    t = sub.add_parser("train", help="train a policy (RLlib PPO or TRL) into a policy folder")
+    t.add_argument("env_id", metavar="ENV_ID")
+    t.add_argument("--trainer", choices=("rllib", "trl"), default="rllib")
+    t.add_argument(
+        "--budget",
+        default=None,
+        help="budget spec, e.g. 12, 6..12, 8,16,32, log:4..64 (default: the id's)",
+    )
+    t.add_argument(
+        "--visibility", default="hidden", help="hidden (default), remaining, final_warning"
+    )
+    t.add_argument("--env-kwargs", type=_json_dict, default=None, help="JSON constructor kwargs")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--gamma", type=float, default=0.99, help="discount (default 0.99)")
+    t.add_argument("--iterations", type=int, default=20, help="training iterations in total")
+    t.add_argument("--out", required=True, metavar="DIR", help="policy folder to write")
+    t.add_argument("--resume", action="store_true", help="continue the checkpoint in DIR")
+    t.add_argument("--max-actions", type=int, default=2048, help="action slots (rllib)")
+    t.add_argument("--batch-size", type=int, default=512, help="env steps per iteration (rllib)")
+    t.add_argument("--lr", type=float, default=3e-4)
+    t.add_argument(
+        "--process-reward",
+        type=float,
+        default=None,
+        metavar="SCALE",
+        help="add the oracle's progress signal (ProcessReward) to the reward (rllib)",
+    )
+    t.add_argument(
+        "--process-max-cost",
+        type=int,
+        default=100,
+        help="the progress signal's max_cost: a loss costs SCALE * (MAX_COST - cost) (rllib)",
+    )
+    t.add_argument("--hidden", type=int, default=128, help="network width (rllib)")
+    t.add_argument("--entropy-coeff", type=float, default=0.01, help="PPO entropy bonus (rllib)")
+    t.add_argument("--num-epochs", type=int, default=4, help="PPO epochs per batch (rllib)")
+    t.add_argument("--checkpoint-every", type=int, default=5, help="iterations between checkpoints")
+    t.add_argument("--num-cpus", type=int, default=2, help="CPUs of the local Ray (rllib)")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
 
     d = sub.add_parser("demo", help="the main job: reference agents on every registered family")
     d.add_argument("--out", default="demo_out", help="output directory (default demo_out)")
@@ -1027,6 +1159,7 @@ def main(
         "export-webshop": cmd_export_webshop,
         "demo": cmd_demo,
         "serve": cmd_serve,
+        "train": cmd_train,
     }
     try:
         if args.command == "play":

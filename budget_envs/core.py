@@ -193,7 +193,7 @@ class TextAgentEnv(gym.Env[str, str]):
         >>> env = ToolUseEnv(level=1)
         >>> obs, info = env.reset(seed=0)
         >>> sorted(info)
-        ['admissible_actions', 'goal', 'invalid_action', 'lost', 'score', 'state_hash', 'task_id', 'tools', 'turn', 'won']
+        ['admissible_actions', 'candidate_actions', 'goal', 'invalid_action', 'lost', 'score', 'state_hash', 'task_id', 'tools', 'turn', 'won']
         >>> obs, reward, terminated, truncated, info = env.step("")
         >>> obs
         'Invalid action: the action is empty. Send a command.'

@@ -33,6 +33,7 @@ __all__ = [
     "ShopHTTPError",
     "TaskGenerationError",
     "ToolError",
+    "TooManyActions",
     "UnknownFaultKind",
     "UsageError",
     "WebShopServerError",
@@ -134,3 +135,7 @@ class RayUnavailable(BudgetEnvsError, ConnectionError):
 
 class UsageError(BudgetEnvsError, ValueError):
     """A mistake on the command line: ``budgetmix`` prints it as one line and exits with 2."""
+
+
+class TooManyActions(BudgetEnvsError, ValueError):
+    """A state offers more actions than a finite-action policy has slots (``max_actions``)."""

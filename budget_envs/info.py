@@ -27,6 +27,11 @@ CORE_KEYS: dict[str, str] = {
 FAMILY_KEYS: dict[str, str] = {
     "score": "float in [0, 1]: a partial score for families that document one (1.0 on success).",
     "tools": "list[dict]: the OpenAI tools schema (tool use).",
+    "candidate_actions": "list[str]: a finite set of complete actions built only from what the "
+    "agent has been shown, for policies that choose among actions (tool use: every tool with the "
+    "argument combinations shown so far, and for submit 0.00, the amounts shown and the sum of "
+    "the refunds made; web shop: the admissible actions with search[...] replaced by queries made "
+    "of the goal's words and phrases). Never read from the oracle: a wrong call stays possible.",
     "purchase": "dict: the purchase record in WebShop's field names (web shop, at buy).",
     "turn": "int: actions executed by the bare env since reset (invalid ones included).",
     "gamefile": "str: path of the game file being played (ALFWorld: the game.tw-pddl file).",

@@ -1,6 +1,7 @@
-"""PPO on a BudgetMix env with RLlib: masked discrete actions over the admissible commands.
+"""PPO on a BudgetMix env with RLlib: one shared network scores every action the state offers.
 
-Real training (a turn budget drawn per episode, the budget shown to the policy as features)::
+Real training (a turn budget drawn per episode, the budget shown to the policy as features;
+``budgetmix train`` does the same with checkpoints, metrics and a learning curve)::
 
     python examples/rllib_ppo_budgetmix.py --env-id BudgetMix/TextWorld-v0 \\
         --env-kwargs '{"level": 1, "seeds": 20}' --budget 4-16 --iterations 50 --num-cpus 4
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="scale of the ProcessReward progress signal (0: plain reward)",
     )
-    parser.add_argument("--max-actions", type=int, default=16)
+    parser.add_argument("--max-actions", type=int, default=256, help="action slots")
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--train-batch-size", type=int, default=512)
     parser.add_argument("--num-env-runners", type=int, default=0)

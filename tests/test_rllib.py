@@ -1,6 +1,6 @@
-"""RLlib integration: the masked discrete adapter, our masking RLModule, PPO on a real env.
+"""RLlib integration: the action-scoring adapter, its module, PPO on real envs, policy agents.
 
-Needs the ``rllib`` extra (ray[rllib] 2.60, torch 2.13 CPU) and ``textworld``.
+Needs the ``rllib`` extra (ray[rllib] 2.60, torch 2.13 CPU).
 """
 
 from __future__ import annotations
@@ -17,22 +17,17 @@ from gymnasium.utils.env_checker import check_env
 
 from budget_envs.integrations.rllib import (
     MaskedTextEnv,
+    TooManyActions,
     env_creator,
     hash_features,
     ppo_config,
 )
+from budget_envs.integrations.rllib_features import FeatureSpec, Featurizer
 
 ROOT = Path(__file__).resolve().parents[1]
-REAL_ID = "BudgetMix/TextWorld-v0"
-REAL_KWARGS = {"level": 1, "seeds": 4}
 TOY = "BudgetMixTest/Toy-v0"
-ENV_CONFIG = {
-    "env_id": REAL_ID,
-    "budget": (4, 12),
-    "max_actions": 16,
-    "seed": 0,
-    "env_kwargs": REAL_KWARGS,
-}
+TOOLUSE = "BudgetMix/ToolUse-v0"
+SMALL = {"max_actions": 64, "obs_dim": 64, "goal_dim": 16, "hist_dim": 16, "vocab": 512}
 
 
 @pytest.fixture(scope="module")
@@ -53,56 +48,90 @@ def ray_session():
             ray.shutdown()
 
 
-def _runner_counts(runner):
-    """(turns, turns on a masked slot) over the MaskedTextEnv adapters of one env runner."""
-    envs = [e.unwrapped for e in runner.env.unwrapped.envs]
-    return sum(e.turns for e in envs), sum(e.empty_slot_turns for e in envs)
-
-
-def _train(iterations: int, num_env_runners: int = 0):
-    """PPO on the real env; returns (returns per iteration, [(turns, masked turns)] per runner)."""
-    algo = ppo_config(
-        ENV_CONFIG, train_batch_size=256, seed=0, num_env_runners=num_env_runners
-    ).build_algo()
-    try:
-        returns = []
-        for _ in range(iterations):
-            result = algo.train()
-            returns.append(result["env_runners"].get("episode_return_mean", float("nan")))
-        counts = algo.env_runner_group.foreach_env_runner(
-            _runner_counts, local_env_runner=num_env_runners == 0
-        )
-        return returns, counts
-    finally:
-        algo.stop()
-
-
-@pytest.mark.parametrize("env_id,kwargs", [(TOY, {}), (REAL_ID, REAL_KWARGS)], ids=["toy", "real"])
+@pytest.mark.parametrize(
+    "env_id,kwargs", [(TOY, {}), (TOOLUSE, {"level": 1})], ids=["toy", "tooluse"]
+)
 def test_check_env(env_id, kwargs):
-    env = MaskedTextEnv(
-        env_id, budget=(3, 9), visibility="remaining", max_actions=8, env_kwargs=kwargs
-    )
+    env = MaskedTextEnv(env_id, budget=(3, 9), visibility="remaining", env_kwargs=kwargs, **SMALL)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check_env(env, skip_render_check=True)
 
 
-def test_observation_layout_and_invalid_slots():
-    env = MaskedTextEnv(TOY, budget=6, max_actions=8, obs_dim=64, slot_dim=8)
+def test_layout_masks_and_invalid_slots():
+    env = MaskedTextEnv(TOY, budget=6, **SMALL)
     obs, info = env.reset(seed=1)
-    assert obs["observations"].shape == (64 + 3 + 8 * 8,)
+    spec = env.features
+    assert obs["obs"].shape == (spec.state_dim,)
+    assert obs["actions"].shape == (64, spec.action_tokens)
     assert env.observation_space.contains(obs)
-    n = len(info["admissible_actions"])
-    assert obs["action_mask"].tolist() == [1.0] * n + [0.0] * (8 - n)
-    assert obs["observations"][64:67] == pytest.approx([1.0, 0.0, 0.06])  # 6 of 6 left, 6/100
+    n = len(env.commands)
+    assert n >= 2 and obs["action_mask"].tolist() == [1.0] * n + [0.0] * (64 - n)
+    assert np.all(obs["actions"][n:] == 0) and np.all(obs["actions"][:n].max(axis=1) > 0)
+    assert obs["obs"][-3:].tolist() == [0.0, 0.0, 0.0]  # hidden: no budget features
     # A masked slot is an invalid (empty) turn that still uses the budget.
-    obs, reward, terminated, truncated, info = env.step(7)
+    obs, reward, terminated, truncated, info = env.step(63)
     assert info["invalid_action"] and info["budget"]["used"] == 1
     assert env.empty_slot_turns == 1 and env.turns == 1
-    # A valid slot runs its command.
+    assert set(info) <= {"task_id", "won", "lost", "invalid_action", "budget", "stop_reason"}
     slot = env.commands.index("look")
     obs, reward, terminated, truncated, info = env.step(slot)
     assert not info["invalid_action"]
+
+
+def test_every_admissible_action_is_a_slot_beyond_sixteen():
+    """ALFWorld-sized states: 40 actions, all playable, the last one included."""
+    spec = FeatureSpec(**SMALL)
+    feat = Featurizer(spec)
+    actions = [f"go to cabinet {i}" for i in range(1, 41)]
+    feat.reset("put a mug in cabinet 40")
+    arrays, offered = feat.encode(
+        "You are in the middle of a room.", {"admissible_actions": actions}
+    )
+    assert offered == actions and arrays["action_mask"].sum() == 40
+    assert len({tuple(r) for r in arrays["action_feats"][:40]}) > 1  # rows tell actions apart
+
+
+def test_too_many_actions_is_an_error_not_a_cut():
+    env = MaskedTextEnv(TOOLUSE, budget=6, env_kwargs={"level": 1}, **dict(SMALL, max_actions=2))
+    with pytest.raises(TooManyActions, match="max_actions=2"):
+        env.reset(seed=0)
+
+
+def test_candidates_are_the_actions_for_tool_use():
+    env = MaskedTextEnv(TOOLUSE, budget=8, env_kwargs={"level": 1}, **SMALL)
+    env.reset(seed=3)
+    assert all(c.startswith('{"tool_calls"') for c in env.commands)
+    best = env.env.unwrapped.oracle_actions()[0]
+    _, _, _, _, info = env.step(env.commands.index(best))
+    assert not info["invalid_action"]
+
+
+@pytest.mark.parametrize("env_id,kwargs", [(TOY, {}), (TOOLUSE, {"level": 1})], ids=["toy", "tu"])
+def test_hidden_is_hidden(env_id, kwargs):
+    """Two episodes that differ only in their budget give the policy identical inputs."""
+
+    def inputs(budget, visibility):
+        env = MaskedTextEnv(
+            env_id, budget=budget, visibility=visibility, env_kwargs=kwargs, **SMALL
+        )
+        obs, _ = env.reset(seed=5, options={"task_id": 0})
+        rng = np.random.default_rng(0)
+        seen = [obs]
+        for _ in range(4):
+            obs, _, terminated, truncated, _ = env.step(int(rng.integers(len(env.commands))))
+            seen.append(obs)
+            if terminated or truncated:
+                break
+        return seen
+
+    def same(a, b):
+        return len(a) == len(b) and all(
+            all(np.array_equal(x[k], y[k]) for k in x) for x, y in zip(a, b)
+        )
+
+    assert same(inputs(5, "hidden"), inputs(30, "hidden"))
+    assert not same(inputs(5, "remaining"), inputs(30, "remaining"))
 
 
 def test_hash_features_stable_across_processes():
@@ -125,60 +154,21 @@ def test_hash_features_stable_across_processes():
         assert eval(out.stdout) == here.tolist()
 
 
-def test_placeholder_filled_with_goal():
-    env = MaskedTextEnv("BudgetMix/WebShop-v0", budget=8, env_kwargs={"level": 1})
-    obs, info = env.reset(seed=0)
-    assert info["admissible_actions"] == ["search[...]"]
-    assert env.commands == [f"search[{' '.join(info['goal'].split())[:200]}]"]
-    obs, _, _, _, info = env.step(0)
-    assert not info["invalid_action"] and len(env.commands) > 2  # results came back
-
-
 def test_process_reward_reaches_rllib():
-    env = MaskedTextEnv(TOY, budget=20, process_reward=0.5)
+    env = MaskedTextEnv(TOY, budget=20, process_reward=0.5, **SMALL)
     env.reset(seed=2)
     best = env.env.unwrapped.oracle_actions()[0]
-    _, reward, _, _, info = env.step(env.commands.index(best))
-    assert info["process_reward"] == 0.5 and reward == 0.5
+    _, reward, _, _, _ = env.step(env.commands.index(best))
+    assert reward == 0.5
 
 
 def test_env_creator_config():
-    env = env_creator(dict(ENV_CONFIG, env_id=TOY, env_kwargs={}))
+    env = env_creator({"env_id": TOY, "seed": 0, **SMALL})
     assert isinstance(env, MaskedTextEnv)
     with pytest.raises(ValueError, match="env_id"):
         env_creator({"budget": 3})
-    with pytest.raises(ValueError, match="0"):
+    with pytest.raises(ValueError, match="max_actions"):
         MaskedTextEnv(TOY, max_actions=0)
-
-
-def test_module_masks_logits():
-    import torch
-    from ray.rllib.core.columns import Columns
-    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
-    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
-
-    from budget_envs.integrations import rllib as rl
-
-    env = MaskedTextEnv(TOY, budget=6, max_actions=8)
-    module = RLModuleSpec(
-        module_class=rl.MaskedPPOTorchModule,
-        observation_space=env.observation_space,
-        action_space=env.action_space,
-        model_config=DefaultModelConfig(fcnet_hiddens=[16]),
-    ).build()
-    obs, _ = env.reset(seed=0)
-    batch = {Columns.OBS: {k: torch.tensor(np.stack([v, v])) for k, v in obs.items()}}
-    for forward in (module.forward_exploration, module.forward_inference, module.forward_train):
-        logits = forward(dict(batch))[Columns.ACTION_DIST_INPUTS]
-        masked = obs["action_mask"] == 0
-        assert torch.all(logits[:, torch.tensor(masked)] <= -1e8)
-        assert torch.all(logits[:, torch.tensor(~masked)] > -1e8)
-    values = module.compute_values(dict(batch))
-    assert values.shape == (2,)
-    # Pickled by reference: remote runners rebuild the same class from the installed package.
-    import pickle
-
-    assert pickle.loads(pickle.dumps(rl.MaskedPPOTorchModule)) is rl.MaskedPPOTorchModule
 
 
 def test_smoke_example_exits_zero():
@@ -196,18 +186,61 @@ def test_smoke_example_exits_zero():
     assert "iter 2:" in proc.stdout
 
 
-def test_ppo_two_iterations_on_real_env(ray_session):
-    """A remote env runner (its own process) builds the env from the installed package."""
-    returns, counts = _train(2, num_env_runners=1)
-    assert len(returns) == 2 and all(np.isfinite(returns))
-    assert len(counts) == 1
-    turns, masked = counts[0]
-    assert turns >= 2 * 256
-    assert masked == 0, "a masked slot was sampled"
+def _module(env):
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from budget_envs.integrations import rllib as rl
+
+    return RLModuleSpec(
+        module_class=rl.ActionScoringTorchModule,
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        model_config={"hidden": 16, "embed": 8},
+    ).build()
 
 
-@pytest.mark.slow
-def test_ppo_return_rises(ray_session):
-    returns, _ = _train(15)
-    early, late = np.mean(returns[:3]), np.mean(returns[-3:])
-    assert late > early + 0.2, returns
+def test_module_scores_every_offered_action_and_masks_the_rest():
+    import pickle
+
+    import torch
+    from ray.rllib.core.columns import Columns
+
+    from budget_envs.integrations import rllib as rl
+
+    env = MaskedTextEnv(TOY, budget=6, **SMALL)
+    module = _module(env)
+    obs, _ = env.reset(seed=0)
+    batch = {Columns.OBS: {k: torch.tensor(np.stack([v, v])) for k, v in obs.items()}}
+    masked = torch.tensor(obs["action_mask"] == 0)
+    for forward in (module.forward_exploration, module.forward_inference, module.forward_train):
+        logits = forward(dict(batch))[Columns.ACTION_DIST_INPUTS]
+        assert logits.shape == (2, 64)
+        assert torch.all(logits[:, masked] <= -1e8) and torch.all(logits[:, ~masked] > -1e8)
+    # The score of an action does not depend on its slot: permuting the rows permutes the logits.
+    n = len(env.commands)
+    perm = np.r_[np.arange(n)[::-1], np.arange(n, 64)]
+    swapped = {k: (v[perm] if k != "obs" else v) for k, v in obs.items()}
+    a = rl.score_actions(module, obs, n)
+    b = rl.score_actions(module, swapped, n)
+    assert np.allclose(a, b[perm[:n]], atol=1e-6)
+    assert module.compute_values(dict(batch)).shape == (2,)
+    assert pickle.loads(pickle.dumps(rl.ActionScoringTorchModule)) is rl.ActionScoringTorchModule
+
+
+def test_ppo_two_iterations_with_a_remote_runner(ray_session):
+    """A remote env runner (its own process) builds the env from the installed package; the
+    callback's metrics come back."""
+    config = {"env_id": TOOLUSE, "budget": (4, 8), "seed": 0, "env_kwargs": {"level": 1}}
+    algo = ppo_config(
+        dict(config, **SMALL), train_batch_size=128, minibatch_size=64, num_env_runners=1, hidden=32
+    ).build_algo()
+    try:
+        for _ in range(2):
+            result = algo.train()
+        runners = result["env_runners"]
+        for key in ("win_rate", "turns", "budget_limit", "budget_used", "invalid_action_rate"):
+            assert key in runners and np.isfinite(runners[key]), key
+        assert 4 <= runners["budget_limit"] <= 8
+        assert runners["invalid_action_rate"] == 0.0  # masked slots are never sampled
+    finally:
+        algo.stop()

@@ -197,8 +197,16 @@ def _value_at(spec: str, i: int) -> tuple[Any, int]:
         return text, end
 
 
+def _policy_agent(**kwargs: Any) -> Any:
+    from budget_envs.eval.policy_agent import PolicyAgent  # loads torch only when asked for
+
+    return PolicyAgent(**kwargs)
+
+
 def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """``KIND[:key=value,...]`` into ``(kind, kwargs)``; values are JSON when they parse.
+
+    A policy agent names its folder first: ``policy:DIR[,key=value,...]``.
 
     >>> parse_spec('chat:model=qwen,stop=["a","b"],extra_body={"x": 1, "y": 2}')
     ('chat', {'model': 'qwen', 'stop': ['a', 'b'], 'extra_body': {'x': 1, 'y': 2}})
@@ -208,6 +216,9 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     kind, colon, rest = spec.partition(":")
     kwargs: dict[str, Any] = {}
     i = 0
+    if kind == "policy" and rest and "=" not in rest.split(",", 1)[0]:
+        kwargs["path"], comma, tail = rest.partition(",")  # policy:DIR[,key=value...]
+        rest, colon = tail, comma
     while colon and i < len(rest):
         eq = rest.find("=", i)
         comma = rest.find(",", i)
@@ -226,7 +237,9 @@ def spec_from_mapping(config: Mapping[str, Any]) -> str:
     """The spec string of an agent given as a mapping (``{"kind": "chat", "model": ...}``), in
     the form :func:`parse_spec` reads back exactly (every value as JSON)."""
     if not isinstance(config, Mapping) or not isinstance(config.get("kind"), str):
-        raise ValueError(f"an agent config needs a 'kind' (random, oracle, chat), got {config!r}")
+        raise ValueError(
+            f"an agent config needs a 'kind' (random, oracle, chat, policy), got {config!r}"
+        )
     rest = ",".join(
         f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in config.items() if k != "kind"
     )
@@ -235,8 +248,9 @@ def spec_from_mapping(config: Mapping[str, Any]) -> str:
 
 def make_agent(spec: str | Mapping[str, Any], *, seed: int = 0) -> Any:
     """Build an agent from a CLI spec: ``random``, ``oracle``, ``oracle:epsilon=0.3``,
-    ``chat:base_url=http://127.0.0.1:8000/v1,model=qwen,temperature=0.7``, or from a mapping
-    with a ``kind`` key (what ``--agent-config FILE`` holds).
+    ``chat:base_url=http://127.0.0.1:8000/v1,model=qwen,temperature=0.7``, ``policy:DIR`` (a
+    trained policy folder, see :mod:`budget_envs.eval.policy_agent`), or from a mapping with a
+    ``kind`` key (what ``--agent-config FILE`` holds).
 
     The values are JSON when they parse as JSON (``stop=["\\n"]``, ``extra_body={...}``), else
     strings. ``seed`` seeds the random and oracle agents; a chat agent sends a request seed
@@ -253,7 +267,12 @@ def make_agent(spec: str | Mapping[str, Any], *, seed: int = 0) -> Any:
         kwargs["epsilon"] = kwargs.pop("eps")
     from budget_envs.eval.chat import ChatAgent
 
-    builders = {"random": RandomAgent, "oracle": OracleAgent, "chat": ChatAgent}
+    builders = {
+        "random": RandomAgent,
+        "oracle": OracleAgent,
+        "chat": ChatAgent,
+        "policy": _policy_agent,
+    }
     if kind not in builders:
         raise ValueError(
             f"unknown agent kind {kind!r} in {shown!r}; expected one of {sorted(builders)}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -47,6 +48,8 @@ _INSTRUCTIONS = (
     "tools accept only ids shown by earlier results (or by the ticket). "
     f"Tools: {', '.join(TOOL_NAMES)} (schemas in info['tools'])."
 )
+_EMAIL = re.compile(r"<([^<>\s]+@[^<>\s]+)>")
+_QUOTED = re.compile(r'"([^"\n]{1,200})"')
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 _SAMPLE_TEXT = ("Call the customer before delivery", DECLINE_NOTE, "", "12 Mill Street, Oakdale")
 _ID_WHAT = {
@@ -159,7 +162,87 @@ class ToolUseEnv(TextAgentEnv):
         return list(TOOL_NAMES)
 
     def _extra_info(self) -> dict[str, Any]:
-        return {"tools": TOOLS_SCHEMA, "score": self._score}
+        out = {"tools": TOOLS_SCHEMA, "score": self._score}
+        out["candidate_actions"] = self.candidate_actions() if self._task is not None else []
+        return out
+
+    def candidate_actions(self) -> list[str]:
+        """Full tool calls built only from what the agent has been shown (``info["candidate_actions"]``).
+
+        Every tool with every argument combination the ticket and the tool results so far have
+        shown together: ids of the right kind (an item with its own order and that order's
+        payment; an exchange target among the listed variants of the item's model), the
+        quoted texts of the ticket as addresses and notes (plus the empty note), both cancel
+        reasons; for ``submit``, ``0.00``, every amount shown so far and the sum of the refunds
+        made. Trainers with a finite action set (RLlib) choose among these; the oracle is not
+        consulted, so a wrong call stays possible.
+        """
+        self._require_reset()
+        if self._done:
+            return []
+        world, pr, task = self.world, self._pr, self._task
+        calls: list[tuple[str, dict]] = [("list_promotions", {})]
+        calls += [("find_customer", {"email": e}) for e in _EMAIL.findall(task.ticket)]
+        quoted = [q for q in _QUOTED.findall(task.ticket) if parse_money(q) is None]
+        revealed = sorted(pr.revealed)
+        amounts: set[int] = set()
+        for rid in revealed:
+            kind = rid[:3]
+            if kind == "cus":
+                calls.append(("list_orders", {"customer_id": rid}))
+                calls.append(("get_loyalty_points", {"customer_id": rid}))
+            elif kind == "cur":
+                calls.append(
+                    ("list_orders", {"customer_id": world.cursor_owner[rid][0], "cursor": rid})
+                )
+            elif kind == "ord":
+                calls.append(("get_order", {"order_id": rid}))
+                calls.append(("track_shipment", {"order_id": rid}))
+                for reason in TOOL_BY_NAME["cancel_order"].params[1].enum:
+                    calls.append(("cancel_order", {"order_id": rid, "reason": reason}))
+                for text in quoted:
+                    calls.append(("update_address", {"order_id": rid, "address": text}))
+                for text in [*quoted, ""]:
+                    calls.append(("set_order_note", {"order_id": rid, "note": text}))
+            elif kind == "itm":
+                item = world.items[rid]
+                order = world.orders[item.order_id]
+                amounts.add(item.price_cents)
+                if order.payment_id in pr.revealed:
+                    calls.append(
+                        (
+                            "refund_item",
+                            {"order_id": order.id, "item_id": rid, "payment_id": order.payment_id},
+                        )
+                    )
+                model = world.products[item.product_id].model
+                if model in pr.listed:
+                    for pid in world.models[model]:
+                        if pid != item.product_id and pid in pr.revealed:
+                            args = {"order_id": order.id, "item_id": rid, "new_product_id": pid}
+                            calls.append(("exchange_item", args))
+            elif kind == "prd":
+                amounts.add(world.products[rid].price_cents)
+                for name in ("list_variants", "get_product", "get_product_reviews"):
+                    calls.append((name, {"product_id": rid}))
+        # What refund_item answered in this episode ("refunded": amount), and their sum.
+        refunds = [
+            world.items[target].qty * world.items[target].price_cents
+            for (kind, target), value in pr.changed.items()
+            if kind == "item" and value[0] == "refunded"
+        ]
+        amounts.update(refunds)
+        amounts.update((0, sum(refunds)))
+        for cents in sorted(amounts):
+            calls.append(("submit", {"answer": f"{cents // 100}.{cents % 100:02d}"}))
+        out: list[str] = []
+        seen: set[str] = set()
+        for name, args in calls:
+            text = call_json(name, args)
+            if text not in seen:
+                seen.add(text)
+                out.append(text)
+        return out
 
     # ------------------------------------------------------------------ stepping
     def _execute(self, action: str) -> tuple[str, float]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import weakref
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -29,6 +30,38 @@ logger = logging.getLogger(__name__)
 
 _FAULTS = ("http_error", "stale_page", "slow_response")
 _REASONS = {500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+_PRICE = re.compile(r",?\s*(?:and |with )?(?:a total )?price lower than [0-9.]+ dollars:?")
+_ITEM = re.compile(
+    r"^(?:i need |i want |i am looking for )?(?:an? |some |the )?(.+?) that (?:is|are) (.+?)"
+    r"(?:, in (.+))?$"
+)
+_LIST = re.compile(r",\s*|\s+and\s+")
+
+
+def goal_queries(goal: str) -> list[str]:
+    """Search queries made of a goal's own words and phrases, in a fixed order.
+
+    Example:
+        >>> goal_queries("i need a shampoo that is tea tree and paraben free, in 8 fl oz size, "
+        ...              "and price lower than 20.00 dollars")[:2]
+        ['tea tree paraben free shampoo', 'shampoo']
+    """
+    text = " ".join(_PRICE.sub("", goal.lower()).split())
+    parts = [p.strip(" ;,.") for p in re.split(r"\(\d+\)", text)]
+    clauses = parts[1:] if len(parts) > 1 else parts
+    out: list[str] = []
+    for clause in clauses:
+        match = _ITEM.match(clause)
+        if match:
+            noun, attrs, options = match.group(1), match.group(2), match.group(3) or ""
+            words = " ".join(w for w in _LIST.split(attrs) if w)
+            opts = " ".join(w for w in _LIST.split(options) if w)
+            out += [f"{words} {noun}", noun, f"{words} {noun} {opts}".strip()]
+        out.append(clause)
+    out.append(text)
+    return [q for q in dict.fromkeys(" ".join(q.split()) for q in out) if q]
 
 
 def _stop_server(server) -> None:
@@ -313,9 +346,30 @@ class WebShopEnv(TextAgentEnv):
 
     def _extra_info(self) -> dict[str, Any]:
         out: dict[str, Any] = {"score": self._score}
+        out["candidate_actions"] = self.candidate_actions() if self._task is not None else []
         if self._purchase is not None:
             out["purchase"] = self._purchase
         return out
+
+    def candidate_actions(self) -> list[str]:
+        """The admissible actions with ``search[...]`` replaced by concrete queries
+        (``info["candidate_actions"]``).
+
+        The queries are built from the goal's words alone (:func:`goal_queries`): for each
+        product the goal asks for, its attributes with its type noun, the noun alone, the
+        attributes, noun and options, the whole request; and the goal without its price clause.
+        Trainers with a finite action set (RLlib) choose among these; the oracle is not consulted.
+        """
+        self._require_reset()
+        if self._done or self._task is None:
+            return []
+        out: list[str] = []
+        for action in self._admissible_now:
+            if action == "search[...]":
+                out += [f"search[{q}]" for q in goal_queries(self._task.instruction)]
+            else:
+                out.append(action)
+        return list(dict.fromkeys(out))
 
     def sample_action(self, rng: np.random.Generator) -> str:
         """A random admissible action; a search uses words of the instruction."""

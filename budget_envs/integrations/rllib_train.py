@@ -1,0 +1,285 @@
+"""PPO training of an action-scoring policy with RLlib, into a policy folder any eval can load.
+
+:func:`train` is what ``budgetmix train ID --trainer rllib`` runs. The output folder holds::
+
+    policy.json     what the policy is: env id, env kwargs, budget spec, visibility, the input
+                    sizes (FeatureSpec), the trainer and its settings
+    checkpoint/     RLlib's algorithm checkpoint (``--resume`` continues from it); the module
+                    alone is under checkpoint/learner_group/learner/rl_module/default_policy
+    metrics.csv     one row per iteration (see :data:`METRICS`)
+    curve.png       win rate and return per iteration (with matplotlib)
+
+``budgetmix eval --agent p=policy:DIR`` loads the module from ``checkpoint/`` without Ray.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from budget_envs.integrations.common import DEFAULT_BUDGET
+
+__all__ = ["METRICS", "POLICY_FILE", "module_path", "read_metrics", "train"]
+
+logger = logging.getLogger(__name__)
+
+POLICY_FILE = "policy.json"
+#: Columns of ``metrics.csv``.
+METRICS: tuple[str, ...] = (
+    "iteration",
+    "timesteps",
+    "episodes",
+    "return_mean",
+    "win_rate",
+    "turns",
+    "budget_limit",
+    "budget_used",
+    "invalid_action_rate",
+    "wall_s",
+)
+_INT_COLUMNS = frozenset({"iteration", "timesteps", "episodes"})
+_RESULT_KEYS = {
+    "return_mean": "episode_return_mean",
+    "win_rate": "win_rate",
+    "turns": "turns",
+    "budget_limit": "budget_limit",
+    "budget_used": "budget_used",
+    "invalid_action_rate": "invalid_action_rate",
+}
+
+
+def module_path(policy_dir: str | os.PathLike) -> Path:
+    """Where the RLModule of a policy folder's checkpoint lies."""
+    return (
+        Path(policy_dir)
+        / "checkpoint"
+        / "learner_group"
+        / "learner"
+        / "rl_module"
+        / ("default_policy")
+    )
+
+
+def read_metrics(out_dir: str | os.PathLike) -> list[dict[str, float]]:
+    """The rows of ``metrics.csv`` (empty when there is none)."""
+    path = Path(out_dir) / "metrics.csv"
+    if not path.exists():
+        return []
+    with path.open(newline="") as f:
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def _plot(rows: list[dict[str, float]], path: Path, title: str) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.warning("matplotlib is not installed; no learning curve (pip install matplotlib)")
+        return False
+    its = [r["iteration"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(its, [r["win_rate"] for r in rows], label="win rate", color="tab:blue")
+    ax.plot(
+        its,
+        [r["return_mean"] for r in rows],
+        label="return (reward incl. any progress signal)",
+        color="tab:orange",
+        ls="--",
+    )
+    ax.plot(
+        its, [r["invalid_action_rate"] for r in rows], label="invalid-action rate", color="tab:red"
+    )
+    ax.set_xlabel("iteration")
+    finite = [r["return_mean"] for r in rows if r["return_mean"] == r["return_mean"]]
+    ax.set_ylim(min([-0.02, *finite]), max([1.02, *finite]))
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def train(
+    env_id: str,
+    *,
+    budget: Any = DEFAULT_BUDGET,
+    visibility: str = "hidden",
+    env_kwargs: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    out_dir: str | os.PathLike,
+    iterations: int,
+    gamma: float = 0.99,
+    max_actions: int = 2048,
+    train_batch_size: int = 512,
+    minibatch_size: int = 128,
+    num_epochs: int = 4,
+    lr: float = 3e-4,
+    entropy_coeff: float = 0.01,
+    hidden: int = 128,
+    process_reward: float | None = None,
+    process_max_cost: int = 100,
+    checkpoint_every: int = 5,
+    resume: bool = False,
+    num_cpus: int = 2,
+    progress: Callable[[int, int, dict[str, float]], None] | None = None,
+) -> dict[str, Any]:
+    """Train PPO on ``env_id`` for ``iterations`` iterations (in total, counting resumed ones).
+
+    ``progress(iteration, iterations, row)`` is called after every iteration. Starts a local Ray
+    with ``num_cpus`` CPUs unless one is running, and shuts it down after. Returns
+    ``{"out_dir", "iterations", "rows", "wall_s", "curve"}``.
+
+    Raises:
+        FileExistsError: ``out_dir`` holds a policy and ``resume`` is False.
+        FileNotFoundError: ``resume`` without a checkpoint in ``out_dir``.
+    """
+    from budget_envs.integrations import rllib as rl
+
+    rl._require()
+    for name, value, low in (
+        ("iterations", iterations, 1),
+        ("checkpoint_every", checkpoint_every, 1),
+        ("num_cpus", num_cpus, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    if not isinstance(gamma, (int, float)) or not 0.0 < float(gamma) <= 1.0:
+        raise ValueError(f"gamma must be in (0, 1], got {gamma!r}")
+    out = Path(out_dir)
+    ckpt = out / "checkpoint"
+    meta_path = out / POLICY_FILE
+    if resume:
+        if not (ckpt / "rllib_checkpoint.json").exists():
+            raise FileNotFoundError(f"--resume: no checkpoint in {out} (expected {ckpt})")
+    elif meta_path.exists():
+        raise FileExistsError(f"{out} already holds a policy; pass --resume or another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    env_kwargs = dict(env_kwargs or {})
+    env_config = {
+        "env_id": env_id,
+        "visibility": visibility,
+        "max_actions": max_actions,
+        "seed": seed,
+        "env_kwargs": env_kwargs,
+        "process_reward": process_reward,
+        "process_max_cost": process_max_cost,
+    }
+    if budget is not DEFAULT_BUDGET:
+        env_config["budget"] = budget
+    probe = rl.env_creator(dict(env_config))
+    features = probe.features.to_dict()
+    probe.close()
+    settings = {
+        "gamma": gamma,
+        "train_batch_size": train_batch_size,
+        "minibatch_size": minibatch_size,
+        "num_epochs": num_epochs,
+        "lr": lr,
+        "entropy_coeff": entropy_coeff,
+        "hidden": hidden,
+        "process_reward": process_reward,
+        "process_max_cost": process_max_cost,
+        "seed": seed,
+    }
+    meta = {
+        "trainer": "rllib",
+        "algorithm": "PPO",
+        "env_id": env_id,
+        "env_kwargs": env_kwargs,
+        "budget": None if budget is DEFAULT_BUDGET else _jsonable(budget),
+        "visibility": visibility,
+        "features": features,
+        "settings": settings,
+    }
+    rows = read_metrics(out) if resume else []
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+        ray.init(
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            object_store_memory=256 * 1024**2,
+            log_to_driver=False,
+        )
+    start = time.perf_counter()
+    offset = rows[-1]["wall_s"] if rows else 0.0
+    try:
+        algo = rl.ppo_config(
+            env_config,
+            hidden=hidden,
+            train_batch_size=train_batch_size,
+            minibatch_size=minibatch_size,
+            num_epochs=num_epochs,
+            lr=lr,
+            gamma=gamma,
+            entropy_coeff=entropy_coeff,
+            seed=seed,
+        ).build_algo()
+        try:
+            if resume:
+                algo.restore_from_path(str(ckpt.resolve()))
+            meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+            done = len(rows)
+            for it in range(done + 1, iterations + 1):
+                result = algo.train()
+                runners = result.get("env_runners", {})
+                row: dict[str, float] = {
+                    "iteration": it,
+                    "timesteps": float(result.get("num_env_steps_sampled_lifetime", 0) or 0),
+                    "episodes": float(runners.get("num_episodes", 0) or 0),
+                }
+                for col, key in _RESULT_KEYS.items():
+                    value = runners.get(key)
+                    row[col] = float("nan") if value is None else float(value)
+                row["wall_s"] = round(offset + time.perf_counter() - start, 1)
+                rows.append(row)
+                _write_rows(out / "metrics.csv", rows)
+                if it % checkpoint_every == 0 or it == iterations:
+                    algo.save_to_path(str(ckpt.resolve()))
+                if progress is not None:
+                    progress(it, iterations, row)
+        finally:
+            algo.stop()
+    finally:
+        if started:
+            ray.shutdown()
+    curve = out / "curve.png"
+    title = f"{env_id} {json.dumps(env_kwargs)} T={meta['budget']} {visibility}"
+    plotted = _plot(rows, curve, title) if rows else False
+    return {
+        "out_dir": str(out),
+        "iterations": len(rows),
+        "rows": rows,
+        "wall_s": rows[-1]["wall_s"] if rows else 0.0,
+        "curve": str(curve) if plotted else None,
+    }
+
+
+def _write_rows(path: Path, rows: list[dict[str, float]]) -> None:
+    tmp = path.with_suffix(".csv.tmp")
+    with tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(METRICS))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(
+                {k: int(row[k]) if k in _INT_COLUMNS else row.get(k, "") for k in METRICS}
+            )
+    tmp.replace(path)
+
+
+def _jsonable(value: Any) -> Any:
+    from budget_envs.wrappers.budget_spec import budget_to_json
+
+    return budget_to_json(value)

@@ -1,0 +1,208 @@
+"""``budgetmix train`` and trained policies as eval agents (``--agent NAME=policy:DIR``).
+
+Trains once (2 short PPO iterations on ToolUse level 1) in a subprocess, then evaluates the
+policy folder through the real CLI. Needs the ``rllib`` extra.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from budget_envs import cli
+from budget_envs.eval.runner import load_records
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV_ID = "BudgetMix/ToolUse-v0"
+TRAIN_KW = {"level": 1, "world_seed": 0}
+#: Another generated world: tasks the policy never saw.
+EVAL_KW = json.dumps({"level": 1, "world_seed": 1})
+
+
+def _cli(*args, timeout=900):
+    env = dict(os.environ, OMP_NUM_THREADS="1", RAY_DEDUP_LOGS="0")
+    return subprocess.run(
+        [sys.executable, "-m", "budget_envs.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _train_args(out, iterations):
+    return [
+        "train",
+        ENV_ID,
+        "--trainer",
+        "rllib",
+        "--budget",
+        "4..8",
+        "--visibility",
+        "hidden",
+        "--env-kwargs",
+        json.dumps(TRAIN_KW),
+        "--seed",
+        "0",
+        "--gamma",
+        "0.95",
+        "--iterations",
+        str(iterations),
+        "--batch-size",
+        "128",
+        "--max-actions",
+        "256",
+        "--checkpoint-every",
+        "1",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
+
+
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("train") / "policy"
+    proc = _cli(*_train_args(out, 2))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 iterations" in proc.stdout
+    return out
+
+
+def _rows(out):
+    with (out / "metrics.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_train_writes_a_policy_folder(policy_dir):
+    meta = json.loads((policy_dir / "policy.json").read_text())
+    assert meta["trainer"] == "rllib" and meta["env_id"] == ENV_ID
+    assert meta["visibility"] == "hidden" and meta["budget"] == "4..8"
+    assert meta["settings"]["gamma"] == 0.95 and meta["features"]["max_actions"] == 256
+    assert (policy_dir / "checkpoint" / "rllib_checkpoint.json").exists()
+    rows = _rows(policy_dir)
+    assert [r["iteration"] for r in rows] == ["1", "2"]
+    for key in ("win_rate", "turns", "budget_limit", "budget_used", "invalid_action_rate"):
+        assert rows[-1][key] not in ("", "nan"), key
+    assert 4 <= float(rows[-1]["budget_limit"]) <= 8
+    assert (policy_dir / "curve.png").stat().st_size > 1000
+
+
+def test_train_refuses_to_overwrite_and_resumes(policy_dir, tmp_path):
+    proc = _cli(*_train_args(policy_dir, 2))
+    assert proc.returncode == 2 and "--resume" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(policy_dir), str(copy)], check=True)
+    proc = _cli(*_train_args(copy, 3), "--resume")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [r["iteration"] for r in _rows(copy)] == ["1", "2", "3"]
+
+
+def _eval(policy_dir, out, *extra):
+    return _cli(
+        "eval",
+        ENV_ID,
+        "--agent",
+        f"p=policy:{policy_dir}",
+        "--env-kwargs",
+        EVAL_KW,
+        "--tasks",
+        "3",
+        "--samples",
+        "2",
+        "--budgets",
+        "8",
+        "--out",
+        str(out),
+        "--quiet",
+        *extra,
+    )
+
+
+def test_policy_is_an_eval_agent_with_probes(policy_dir, tmp_path):
+    proc = _eval(policy_dir, tmp_path / "run", "--probe-states", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = load_records(tmp_path / "run")
+    episodes = [r for r in records if r.get("record", "episode") == "episode"]
+    probes = [r for r in records if r.get("record") == "probe"]
+    assert len(episodes) == 6 and all(r["error"] is None for r in episodes)
+    assert all(r["agent"] == "p" and r["turns"] >= 1 for r in episodes)
+    assert probes and all(r.get("error") is None for r in probes)
+
+
+def test_policy_refuses_another_visibility_unless_told(policy_dir, tmp_path):
+    proc = _eval(policy_dir, tmp_path / "shown", "--visibility", "remaining")
+    assert proc.returncode == 1
+    errors = [r["error"] for r in load_records(tmp_path / "shown")]
+    assert errors and all("trained with visibility='hidden'" in (e or "") for e in errors)
+    proc = _cli(
+        "eval",
+        ENV_ID,
+        "--agent",
+        f"p=policy:{policy_dir},check_visibility=false",
+        "--env-kwargs",
+        EVAL_KW,
+        "--tasks",
+        "2",
+        "--samples",
+        "1",
+        "--budgets",
+        "8",
+        "--visibility",
+        "remaining",
+        "--out",
+        str(tmp_path / "allowed"),
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_policy_loads_without_a_ray_cluster(policy_dir):
+    code = (
+        "import ray, budget_envs, gymnasium as gym\n"
+        "from budget_envs.eval.agents import make_agent\n"
+        f"agent = make_agent('policy:{policy_dir}')\n"
+        f"env = gym.make('{ENV_ID}', level=1, world_seed=1, budget=8)\n"
+        "obs, info = env.reset(seed=0)\n"
+        "info.pop('budget')\n"
+        f"agent.reset(env_id='{ENV_ID}', observation=obs, info=info, seed=0)\n"
+        "action = agent.act(obs, info)\n"
+        "assert action in info['candidate_actions'], action\n"
+        "print('ray initialized:', ray.is_initialized())\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ray initialized: False" in proc.stdout
+
+
+def test_trl_trainer_without_train_says_so_in_one_line(monkeypatch, capsys, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("trl") is not None:
+        from budget_envs.integrations import trl as trl_mod
+
+        monkeypatch.delattr(trl_mod, "train", raising=False)
+    rc = cli.main(
+        ["train", ENV_ID, "--trainer", "trl", "--iterations", "1", "--out", str(tmp_path / "t")]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "trl" in err[0]
+
+
+def test_train_usage_errors_are_one_line(capsys, tmp_path):
+    rc = cli.main(["train", "BudgetMix/ToolUse", "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "did you mean 'BudgetMix/ToolUse-v0'" in err[0]
+    rc = cli.main(["train", ENV_ID, "--budget", "many", "--out", str(tmp_path / "y")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "bad --budget" in err[0]
