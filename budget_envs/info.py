@@ -31,13 +31,17 @@ FAMILY_KEYS: dict[str, str] = {
 WRAPPER_KEYS: dict[str, str] = {
     "budget": 'dict {"limit", "used", "remaining"}: the turn budget of this episode (BudgetWrapper, '
     "every reset and step).",
-    "episode_summary": 'dict {"limit", "used", "won", "first_success_turn"}: on the step that ends '
-    "the episode (terminated or truncated) (BudgetWrapper).",
+    "episode_summary": 'dict {"limit", "used", "won", "first_success_turn", "stop_reason"}: on the '
+    "step that ends the episode (terminated or truncated) (BudgetWrapper).",
+    "stop_reason": 'str on the last step of an episode only: "won" or "lost" (the env, on the step '
+    'that terminates) or "budget" (BudgetWrapper, on the step that truncates). The TRL rollout '
+    "uses the same words and adds its own trainer-side reasons.",
     "fault": 'dict on a faulty turn only. The env\'s step sets {"kind", "action", "executed", '
     '"effect"}: the kind, the agent\'s action, the action that ran (None when none did) and what '
     "the fault did (one of ``budget_envs.core.FAULT_EFFECTS``: replaced, dropped, observation, "
     'world, none); ErrorInjection adds "turn" (1-based), "cost_before" and "cost_after" (the '
-    "oracle's cost-to-go around the fault, None without an oracle). See docs/faults.md.",
+    'oracle\'s cost-to-go around the fault, None without an oracle) and "cell" ([visibility, '
+    "persistence], see ``env.unwrapped.fault_cells()``). See docs/faults.md.",
     "faults": "tuple[dict]: every fault of this episode so far (ErrorInjection, every reset and step).",
     "process_reward": "float: the potential-based progress signal of this turn (ProcessReward).",
 }

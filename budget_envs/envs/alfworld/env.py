@@ -99,6 +99,9 @@ class AlfWorldEnv(TextAgentEnv):
 
     oracle_exact: bool = False
     native_snapshot: ClassVar[bool] = False
+    family_fault_cells: ClassVar[dict[str, tuple[str, str]]] = {
+        "perturb": ("explicit", "transient"),
+    }
 
     def __init__(
         self,

@@ -82,6 +82,13 @@ class ToolUseEnv(TextAgentEnv):
     oracle_exact = True
     native_snapshot = True
     default_max_action_length = 16384
+    #: A slipped call's result names no call, so it reads as the answer to the agent's own call.
+    family_fault_cells = {
+        "slip": ("silent", "transient"),
+        "tool_error": ("explicit", "transient"),
+        "tool_timeout": ("explicit", "transient"),
+        "stale_read": ("silent", "transient"),
+    }
 
     def __init__(
         self,

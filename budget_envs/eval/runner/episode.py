@@ -79,6 +79,7 @@ def run_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeRecord:
     agreement: list[bool | None] | None = [] if track else None
     info: dict[str, Any] = {}
     error = None
+    actions: list[str] = []
     obs, info = env.reset(seed=job.seed, options={"task_id": job.task_index, "budget": job.budget})
     try:
         agent.reset(
@@ -90,6 +91,7 @@ def run_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeRecord:
                 best = oracle()
                 agreement.append(agrees(action, best) if best else None)
             obs, _, terminated, truncated, info = env.step(action)
+            actions.append(action if isinstance(action, str) else repr(action))
             turns += 1
             if terminated or truncated:
                 break
@@ -120,6 +122,8 @@ def run_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeRecord:
         tokens=usage(agent),
         error=error,
         key=job.key,
+        stop_reason=info.get("stop_reason") if error is None else None,
+        actions=actions,
     )
 
 

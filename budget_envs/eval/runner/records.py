@@ -45,6 +45,10 @@ class EpisodeRecord:
     error: str | None = None
     key: str = ""
     record: str = "episode"
+    #: ``info["stop_reason"]`` of the last step: won, lost or budget (None after an agent error).
+    stop_reason: str | None = None
+    #: The agent's actions, in order (a failed episode's prefix is replayed from them).
+    actions: list[str] | None = None
 
 
 @dataclass
