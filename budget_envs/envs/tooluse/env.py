@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from budget_envs._util import check_int, check_levels
-from budget_envs.core import FaultOutcome, TextAgentEnv
+from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.envs.tooluse import oracle as orc
 from budget_envs.envs.tooluse.tasks import DECLINE_NOTE, LEVELS, Task, make_task
 from budget_envs.envs.tooluse.tools import (
@@ -57,6 +57,13 @@ _ID_WHAT = {
 }
 
 
+def _down_message(name: str) -> str:
+    return (
+        f"Error: the {name} tool is down (HTTP 503 Service Unavailable) and stays down for the "
+        "rest of this session; the call was not run."
+    )
+
+
 class ToolUseEnv(TextAgentEnv):
     """Tool calling over an in-memory SQLite database, with an exact oracle.
 
@@ -88,6 +95,8 @@ class ToolUseEnv(TextAgentEnv):
         "tool_error": ("explicit", "transient"),
         "tool_timeout": ("explicit", "transient"),
         "stale_read": ("silent", "transient"),
+        "tool_down": ("explicit", "permanent"),
+        "stale_tool": ("silent", "permanent"),
     }
 
     def __init__(
@@ -115,6 +124,9 @@ class ToolUseEnv(TextAgentEnv):
         self._gold: orc.Gold | None = None
         self._pr = orc.Progress()
         self._score = 0.0
+        # Permanent faults: tools that are down, read tools that answer from the start state.
+        self._down: frozenset[str] = frozenset()
+        self._stale: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ tasks
     @property
@@ -154,6 +166,7 @@ class ToolUseEnv(TextAgentEnv):
         world.copy_into(self._conn)
         self._pr = orc.Progress(revealed=set(self._task.given_orders))
         self._score = 0.0
+        self._down = self._stale = frozenset()
         return f"{self._task.ticket}\n\n{_INSTRUCTIONS}"
 
     def _goal(self) -> str:
@@ -190,6 +203,10 @@ class ToolUseEnv(TextAgentEnv):
     def _run(self, name: str, args: dict, conn: sqlite3.Connection) -> tuple[str, float]:
         if name == "submit":
             return self._submit(args["answer"])
+        if name in self._down:
+            return _down_message(name), 0.0
+        if name in self._stale:
+            conn = self.world.template
         try:
             self._check_visible(name, args)
             result = run_tool(conn, self.world, name, args)
@@ -201,8 +218,12 @@ class ToolUseEnv(TextAgentEnv):
     def _apply(self, name: str, args: dict) -> None:
         orc.apply_call(self.world, self._pr, name, args)
         if name in WRITE_TOOLS:
-            self.lost = orc.is_lost(self._gold, self._pr)
+            self.lost = orc.is_lost(self._gold, self._pr) or self._needs_down_tool()
             self._score = orc.score(self._gold, self._pr, False)
+
+    def _needs_down_tool(self) -> bool:
+        """Whether every way to success calls a tool that is down (the task is then lost)."""
+        return bool(self._down) and bool(self._down & orc.needed_tools(self._gold, self._pr))
 
     def _submit(self, answer: str) -> tuple[str, float]:
         pr = self._pr
@@ -271,18 +292,27 @@ class ToolUseEnv(TextAgentEnv):
     def cost_to_go(self) -> int:
         """Fewest turns to success; ``oracle.UNREACHABLE`` once lost."""
         self._require_reset()
+        if self.lost and not self.won:
+            return UNREACHABLE
         return orc.cost_to_go(self._gold, self._pr, self.won)
 
     # ------------------------------------------------------------------ faults
     def fault_kinds(self) -> tuple[str, ...]:
-        """``tool_error`` (not run), ``tool_timeout`` (writes run, result lost), ``stale_read``."""
-        return ("tool_error", "tool_timeout", "stale_read")
+        """``tool_error`` (not run), ``tool_timeout`` (writes run, result lost), ``stale_read``,
+        ``tool_down`` (the tool stays down), ``stale_tool`` (a read stays stale)."""
+        return ("tool_error", "tool_timeout", "stale_read", "tool_down", "stale_tool")
 
     def _fault(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
         """``tool_error``: the call is not run; ``tool_timeout``: a write runs, a read or
         ``submit`` does not, and either way the result is lost; ``stale_read``: a read answers
         from the start-of-episode database, anything else runs as usual. A malformed call is
-        rejected as on any turn (the timeout and stale kinds then change nothing)."""
+        rejected as on any turn (the timeout and stale kinds then change nothing).
+
+        Permanent kinds: ``tool_down``: a tool (any but ``submit``, drawn from ``rng``) goes
+        down for the rest of the episode, with a notice; the agent's call runs as usual unless
+        it is to that tool. When every way to success needs that tool the task is lost. ``stale_tool``:
+        the called read tool answers from the start-of-episode database from now on, with no
+        sign of it (a write or ``submit`` runs as usual and nothing goes stale)."""
         if kind == "tool_error":
             code = (500, 502, 503)[int(rng.integers(3))]
             return FaultOutcome(
@@ -299,6 +329,26 @@ class ToolUseEnv(TextAgentEnv):
         if name is None:
             obs, reward, invalid = self._attempt(action)
             return FaultOutcome(obs, "none", None, reward, invalid)
+        if kind == "tool_down":
+            pool = sorted(set(TOOL_NAMES) - {"submit"} - self._down)
+            broken = pool[int(rng.integers(len(pool)))]
+            self._down = self._down | {broken}
+            notice = f"Notice: {_down_message(broken)[len('Error: ') :]}"
+            if name == broken:
+                obs, reward, executed, effect = _down_message(name), 0.0, None, "dropped"
+            else:
+                obs, reward = self._run(name, args, self._conn)
+                executed, effect = action, "world"
+            if self._needs_down_tool():
+                self.lost = True
+            return FaultOutcome(f"{obs}\n{notice}", effect, executed, reward)
+        if kind == "stale_tool":
+            if name not in READ_TOOLS:
+                obs, reward = self._run(name, args, self._conn)
+                return FaultOutcome(obs, "none", action, reward)
+            self._stale = self._stale | {name}
+            obs, reward = self._run(name, args, self._conn)
+            return FaultOutcome(obs, "observation", action, reward)
         if kind == "tool_timeout":
             lost = (
                 "Error: the tool call timed out after 30 s; its result is unknown (a write "
@@ -383,10 +433,19 @@ class ToolUseEnv(TextAgentEnv):
     def _snapshot_state(self) -> Any:
         copy_conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         self._conn.backup(copy_conn)
-        return (copy_conn, self._task, self._pr.copy(), self.won, self.lost, self._score)
+        return (
+            copy_conn,
+            self._task,
+            self._pr.copy(),
+            self.won,
+            self.lost,
+            self._score,
+            self._down,
+            self._stale,
+        )
 
     def _restore_state(self, payload: Any) -> None:
-        copy_conn, task, pr, won, lost, score = payload
+        copy_conn, task, pr, won, lost, score, self._down, self._stale = payload
         copy_conn.backup(self._conn)
         if task is not self._task:
             self._task = task
