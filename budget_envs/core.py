@@ -287,6 +287,9 @@ class TextAgentEnv(gym.Env[str, str]):
         self.won = False
         self.lost = False
         self._armed: ArmedFault | None = None
+        #: True while :meth:`restore` replays the trace (a fault hook that rolls its own turn
+        #: back, such as a silent no-op, then has nothing to do).
+        self.replaying = False
 
     # ------------------------------------------------------------------ hooks for families
     @property
@@ -619,13 +622,17 @@ class TextAgentEnv(gym.Env[str, str]):
                 self.np_random.bit_generator.state = copy.deepcopy(snap.reset_rng)
             self._reset_rng_state = snap.reset_rng
             self._start(snap.task_id)
-            for event in snap.trace:
-                if event[0] == "step":
-                    self._execute(event[1])
-                else:
-                    _, kind, rng_state, action = event
-                    self._apply_fault(kind, _rng_from_state(rng_state), action)
-                self._done = self.won or self.lost
+            self.replaying = True
+            try:
+                for event in snap.trace:
+                    if event[0] == "step":
+                        self._execute(event[1])
+                    else:
+                        _, kind, rng_state, action = event
+                        self._apply_fault(kind, _rng_from_state(rng_state), action)
+                    self._done = self.won or self.lost
+            finally:
+                self.replaying = False
         self._trace = list(snap.trace)
         self._done = snap.done
         self.turn = snap.turn

@@ -24,6 +24,8 @@ FAMILY_KEYS: dict[str, str] = {
     "tools": "list[dict]: the OpenAI tools schema (tool use).",
     "purchase": "dict: the purchase record in WebShop's field names (web shop, at buy).",
     "turn": "int: actions executed by the bare env since reset (invalid ones included).",
+    "action_alias": "str: the command that ran when the agent's action was an accepted alias "
+    "(ALFWorld: alfworld 0.3's ``put X in/on Y`` runs as ``move X to Y``); only on that turn.",
     "gamefile": "str: path of the game file being played (ALFWorld: the game.tw-pddl file).",
 }
 
