@@ -13,7 +13,7 @@ import gymnasium as gym
 from budget_envs.core import TextAgentEnv
 from budget_envs.eval.agents import AgentError
 from budget_envs.eval.runner.plan import EpisodeJob, default_t_max, make_env
-from budget_envs.eval.runner.records import EpisodeRecord
+from budget_envs.eval.runner.records import EpisodeRecord, obs_digest
 
 __all__ = ["agrees", "run_episode", "transcript"]
 
@@ -80,6 +80,8 @@ def run_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeRecord:
     info: dict[str, Any] = {}
     error = None
     actions: list[str] = []
+    digests: list[str] = []
+    costs: list[int | None] = []
     obs, info = env.reset(seed=job.seed, options={"task_id": job.task_index, "budget": job.budget})
     try:
         agent.reset(
@@ -92,6 +94,8 @@ def run_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeRecord:
                 agreement.append(agrees(action, best) if best else None)
             obs, _, terminated, truncated, info = env.step(action)
             actions.append(action if isinstance(action, str) else repr(action))
+            digests.append(obs_digest(obs))
+            costs.append(int(unwrapped.cost_to_go()) if track else None)
             turns += 1
             if terminated or truncated:
                 break
@@ -124,6 +128,8 @@ def run_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeRecord:
         key=job.key,
         stop_reason=info.get("stop_reason") if error is None else None,
         actions=actions,
+        obs_digests=digests,
+        costs=costs,
     )
 
 
