@@ -35,6 +35,9 @@ class Trivial(gym.Env[str, str]):
     def fault_kinds(self):
         return ()
 
+    def fault_cells(self):
+        return {"slip": ("explicit", "transient")}
+
     def arm_fault(self, kind, rng=None):
         pass
 

@@ -38,7 +38,12 @@ from gymnasium import error, spaces
 from budget_envs.errors import ActionRejected, UnknownFaultKind
 
 __all__ = [
+    "CELLS",
     "FAULT_EFFECTS",
+    "GENERIC_CELLS",
+    "PERSISTENCE",
+    "STOP_REASONS",
+    "VISIBILITY",
     "GENERIC_KINDS",
     "PRINTABLE",
     "UNREACHABLE",
@@ -63,6 +68,24 @@ WRAPPER_RESERVE = 256
 
 #: Fault kinds every env offers; a family adds its own through ``fault_kinds()``.
 GENERIC_KINDS: tuple[str, ...] = ("slip", "drop", "garble")
+
+#: How a fault shows itself: ``explicit`` (the agent is told, or the observation plainly says
+#: something went wrong) or ``silent`` (a plausible but wrong result; nothing says it is wrong).
+VISIBILITY: tuple[str, ...] = ("explicit", "silent")
+#: How long a fault lasts: ``transient`` (this turn only; the world is then as playable as before)
+#: or ``permanent`` (something stays broken for the rest of the episode).
+PERSISTENCE: tuple[str, ...] = ("transient", "permanent")
+#: The four cells of the fault taxonomy, in report order.
+CELLS: tuple[tuple[str, str], ...] = tuple((v, p) for v in VISIBILITY for p in PERSISTENCE)
+#: The cell of each generic kind unless a family says otherwise (``family_fault_cells``).
+GENERIC_CELLS: dict[str, tuple[str, str]] = {
+    "slip": ("explicit", "transient"),
+    "drop": ("explicit", "transient"),
+    "garble": ("explicit", "transient"),
+}
+#: ``info["stop_reason"]`` on the last step of an episode (the env says won or lost, the
+#: BudgetWrapper says budget; trainer integrations may add their own reasons).
+STOP_REASONS: tuple[str, ...] = ("won", "lost", "budget")
 
 #: What a fault did to its turn (``info["fault"]["effect"]``); docs/faults.md has the table.
 FAULT_EFFECTS: dict[str, str] = {
@@ -216,6 +239,9 @@ class TextAgentEnv(gym.Env[str, str]):
     default_max_observation_length: ClassVar[int] = 16384
     #: Whether the family keeps a native snapshot (``_snapshot_state``); else prefix replay.
     native_snapshot: ClassVar[bool] = False
+    #: The cell (visibility, persistence) of each of the family's own kinds, and of any generic
+    #: kind whose cell differs in this family from :data:`GENERIC_CELLS`.
+    family_fault_cells: ClassVar[dict[str, tuple[str, str]]] = {}
 
     def __init__(
         self,
@@ -262,6 +288,9 @@ class TextAgentEnv(gym.Env[str, str]):
         self.won = False
         self.lost = False
         self._armed: ArmedFault | None = None
+        #: True while :meth:`restore` replays the trace (a fault hook that rolls its own turn
+        #: back, such as a silent no-op, then has nothing to do).
+        self.replaying = False
 
     # ------------------------------------------------------------------ hooks for families
     @property
@@ -303,6 +332,28 @@ class TextAgentEnv(gym.Env[str, str]):
     def fault_kinds(self) -> tuple[str, ...]:
         """Names of this family's own fault kinds (the generic ones are :data:`GENERIC_KINDS`)."""
         return ()
+
+    def fault_cells(self) -> dict[str, tuple[str, str]]:
+        """Every fault kind this env offers (generic ones included) mapped to its cell.
+
+        A cell is ``(visibility, persistence)``: ``explicit`` or ``silent``, ``transient`` or
+        ``permanent`` (see :data:`CELLS`). A generic kind's cell can differ by family.
+
+        Example:
+            >>> from budget_envs.envs.tooluse import ToolUseEnv
+            >>> ToolUseEnv(level=1).fault_cells()["stale_read"]
+            ('silent', 'transient')
+        """
+        cells: dict[str, tuple[str, str]] = {}
+        for kind in GENERIC_KINDS + tuple(self.fault_kinds()):
+            cell = self.family_fault_cells.get(kind, GENERIC_CELLS.get(kind))
+            if cell is None or tuple(cell) not in CELLS:
+                raise TypeError(
+                    f"{type(self).__name__} lists the fault kind {kind!r} without a valid cell "
+                    f"in family_fault_cells (expected one of {list(CELLS)}, got {cell!r})"
+                )
+            cells[kind] = tuple(cell)
+        return cells
 
     def arm_fault(self, kind: str | None, rng: np.random.Generator | None = None) -> None:
         """Make the next :meth:`step` a faulty turn of ``kind`` whose draws come from ``rng``.
@@ -394,15 +445,18 @@ class TextAgentEnv(gym.Env[str, str]):
             if not invalid:
                 self._trace.append(("step", action))
         self.turn += 1
-        self._done = self.won or self.lost
+        was_done, self._done = self._done, self.won or self.lost
         self._last_obs = self._finish_obs(obs)
         info = self.current_info(invalid=invalid)
+        if self._done and not was_done:
+            info["stop_reason"] = "won" if self.won else "lost"
         if outcome is not None:
             info["fault"] = {
                 "kind": armed.kind,
                 "action": action if isinstance(action, str) else repr(action),
                 "executed": outcome.executed,
                 "effect": outcome.effect,
+                "cell": list(self.fault_cells()[armed.kind]),
             }
         return self._last_obs, float(reward), self._done, False, info
 
@@ -588,13 +642,17 @@ class TextAgentEnv(gym.Env[str, str]):
                 self.np_random.bit_generator.state = copy.deepcopy(snap.reset_rng)
             self._reset_rng_state = snap.reset_rng
             self._start(snap.task_id)
-            for event in snap.trace:
-                if event[0] == "step":
-                    self._execute(event[1])
-                else:
-                    _, kind, rng_state, action = event
-                    self._apply_fault(kind, _rng_from_state(rng_state), action)
-                self._done = self.won or self.lost
+            self.replaying = True
+            try:
+                for event in snap.trace:
+                    if event[0] == "step":
+                        self._execute(event[1])
+                    else:
+                        _, kind, rng_state, action = event
+                        self._apply_fault(kind, _rng_from_state(rng_state), action)
+                    self._done = self.won or self.lost
+            finally:
+                self.replaying = False
         self._trace = list(snap.trace)
         self._done = snap.done
         self.turn = snap.turn

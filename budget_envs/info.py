@@ -34,6 +34,8 @@ FAMILY_KEYS: dict[str, str] = {
     "of the goal's words and phrases). Never read from the oracle: a wrong call stays possible.",
     "purchase": "dict: the purchase record in WebShop's field names (web shop, at buy).",
     "turn": "int: actions executed by the bare env since reset (invalid ones included).",
+    "action_alias": "str: the command that ran when the agent's action was an accepted alias "
+    "(ALFWorld: alfworld 0.3's ``put X in/on Y`` runs as ``move X to Y``); only on that turn.",
     "gamefile": "str: path of the game file being played (ALFWorld: the game.tw-pddl file).",
 }
 
@@ -41,13 +43,17 @@ FAMILY_KEYS: dict[str, str] = {
 WRAPPER_KEYS: dict[str, str] = {
     "budget": 'dict {"limit", "used", "remaining"}: the turn budget of this episode (BudgetWrapper, '
     "every reset and step).",
-    "episode_summary": 'dict {"limit", "used", "won", "first_success_turn"}: on the step that ends '
-    "the episode (terminated or truncated) (BudgetWrapper).",
+    "episode_summary": 'dict {"limit", "used", "won", "first_success_turn", "stop_reason"}: on the '
+    "step that ends the episode (terminated or truncated) (BudgetWrapper).",
+    "stop_reason": 'str on the last step of an episode only: "won" or "lost" (the env, on the step '
+    'that terminates) or "budget" (BudgetWrapper, on the step that truncates). The TRL rollout '
+    "uses the same words and adds its own trainer-side reasons.",
     "fault": 'dict on a faulty turn only. The env\'s step sets {"kind", "action", "executed", '
     '"effect"}: the kind, the agent\'s action, the action that ran (None when none did) and what '
     "the fault did (one of ``budget_envs.core.FAULT_EFFECTS``: replaced, dropped, observation, "
     'world, none); ErrorInjection adds "turn" (1-based), "cost_before" and "cost_after" (the '
-    "oracle's cost-to-go around the fault, None without an oracle). See docs/faults.md.",
+    'oracle\'s cost-to-go around the fault, None without an oracle) and "cell" ([visibility, '
+    "persistence], see ``env.unwrapped.fault_cells()``). See docs/faults.md.",
     "faults": "tuple[dict]: every fault of this episode so far (ErrorInjection, every reset and step).",
     "process_reward": "float: the potential-based progress signal of this turn (ProcessReward).",
 }

@@ -333,6 +333,7 @@ def test_a_fault_never_crashes_the_env(seed, actions):
                 "action",
                 "executed",
                 "effect",
+                "cell",
                 "cost_before",
                 "cost_after",
             }

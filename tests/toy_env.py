@@ -23,6 +23,7 @@ class ToyEnv(TextAgentEnv):
     oracle_exact = True
     default_max_action_length = 256
     default_max_observation_length = 2048
+    family_fault_cells = {"perturb": ("explicit", "transient")}
 
     def __init__(self, n_tasks: int = 40, **kwargs) -> None:
         super().__init__(**kwargs)

@@ -35,8 +35,10 @@ class BudgetWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
 
     ``info["budget"]`` holds ``{"limit", "used", "remaining"}`` on every reset and step; the step
     that ends the episode adds ``info["episode_summary"]`` with the limit, turns used, whether the
-    task was won and the first success turn (the turn on which the env terminated with
-    ``info["won"]``; the contract says a win always terminates).
+    task was won, the first success turn (the turn on which the env terminated with
+    ``info["won"]``; the contract says a win always terminates) and the stop reason. The step
+    that truncates sets ``info["stop_reason"] = "budget"`` (the env sets ``"won"`` or ``"lost"``
+    on the step that terminates).
 
     Example:
         >>> import gymnasium as gym
@@ -222,6 +224,7 @@ class BudgetWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
             self._first_success = used
         if used >= limit and not terminated:
             truncated = True
+            info["stop_reason"] = "budget"
         info["budget"] = {"limit": limit, "used": used, "remaining": max(limit - used, 0)}
         if not self._over:
             self._over = True
@@ -230,6 +233,7 @@ class BudgetWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
                 "used": used,
                 "won": self._first_success is not None,
                 "first_success_turn": self._first_success,
+                "stop_reason": info.get("stop_reason"),
             }
         if self._show is not None:
             obs = self._annotate(obs)

@@ -8,13 +8,51 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from budget_envs.core import GENERIC_KINDS
+from budget_envs.core import CELLS, GENERIC_KINDS
 from budget_envs.errors import UnknownFaultKind
 
 __all__ = ["ErrorInjection", "GENERIC_KINDS"]
 
 _SEED_TAG = 0xFA017
 _BLOCK = 64
+
+
+def _check_cells(cells: Any) -> frozenset[tuple[str, str]] | None:
+    """``cells=`` as a set of (visibility, persistence) pairs; a bare word selects a whole row or
+    column (``"silent"``: both silent cells; ``"permanent"``: both permanent cells)."""
+    if cells is None:
+        return None
+    if isinstance(cells, str) or (
+        isinstance(cells, tuple)
+        and len(cells) == 2
+        and all(isinstance(c, str) for c in cells)
+        and tuple(cells) in CELLS
+    ):
+        cells = [cells]
+    try:
+        items = list(cells)
+    except TypeError:
+        raise TypeError(
+            f"cells must be a list of (visibility, persistence) pairs, got {cells!r}"
+        ) from None
+    out: set[tuple[str, str]] = set()
+    for item in items:
+        if isinstance(item, str):
+            hit = [c for c in CELLS if item in c]
+        else:
+            try:
+                hit = [tuple(item)] if tuple(item) in CELLS else []
+            except TypeError:
+                hit = []
+        if not hit:
+            raise ValueError(
+                f"unknown fault cell {item!r} in cells={cells!r}; expected pairs out of "
+                f"{list(CELLS)} or one of the words explicit, silent, transient, permanent"
+            )
+        out.update(hit)
+    if not out:
+        raise ValueError(f"cells must name at least one cell, got {cells!r}")
+    return frozenset(out)
 
 
 def _is_int(value: Any) -> bool:
@@ -32,6 +70,12 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
 
     Plus the family's own kinds (``fault_kinds()`` of the env, e.g. ``perturb``, ``http_error``,
     ``tool_error``); docs/faults.md gives every kind's meaning in every family.
+
+    Which: ``kinds`` (names, or a ``{name: weight}`` mapping; default the generic kinds) and
+    ``cells`` (``(visibility, persistence)`` pairs out of :data:`budget_envs.core.CELLS`, or the
+    words ``explicit``, ``silent``, ``transient``, ``permanent`` for a whole row or column; see
+    ``env.unwrapped.fault_cells()``). Both given: the kinds of ``kinds`` that lie in ``cells``;
+    only ``cells``: every kind of the env in those cells.
 
     How: on a faulty turn the wrapper *arms* the fault on the env (its ``arm_fault``, reached with
     ``get_wrapper_attr``) and then calls ``self.env.step(action)`` as on any turn. The env's core
@@ -70,7 +114,8 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
     def __init__(
         self,
         env: gym.Env,
-        kinds: str | Iterable[str] | Mapping[str, float] = GENERIC_KINDS,
+        kinds: str | Iterable[str] | Mapping[str, float] | None = None,
+        cells: Iterable[tuple[str, str] | str] | None = None,
         at_turn: int | Iterable[int] | None = None,
         rate: float = 0.0,
         max_faults: int | None = None,
@@ -84,6 +129,11 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
             )
         family_kinds = tuple(env.get_wrapper_attr("fault_kinds")())
         available = GENERIC_KINDS + family_kinds
+        kind_cells = dict(env.get_wrapper_attr("fault_cells")())
+        wanted_cells = _check_cells(cells)
+        given_kinds = kinds
+        if kinds is None:  # all kinds of the chosen cells, or the generic kinds
+            kinds = available if wanted_cells is not None else GENERIC_KINDS
         if isinstance(kinds, str):
             names, weights = [kinds], [1.0]
         elif isinstance(kinds, Mapping):
@@ -107,6 +157,15 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
                 )
         if len(set(names)) != len(names):
             raise ValueError(f"fault kinds must be distinct, got {names!r}")
+        if wanted_cells is not None:
+            keep = [i for i, n in enumerate(names) if kind_cells[n] in wanted_cells]
+            if not keep:
+                raise ValueError(
+                    f"no fault kind of {names!r} lies in the cells {cells!r} on "
+                    f"{type(env.unwrapped).__name__} (its cells: {kind_cells!r})"
+                )
+            names = [names[i] for i in keep]
+            weights = [weights[i] for i in keep]
         try:
             weights_arr = np.asarray(weights, dtype=float)
         except (TypeError, ValueError):
@@ -142,10 +201,17 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
         if seed is not None and not _is_int(seed):
             raise TypeError(f"seed must be an int or None, got {seed!r}")
         gym.utils.RecordConstructorArgs.__init__(
-            self, kinds=kinds, at_turn=at_turn, rate=rate, max_faults=max_faults, seed=seed
+            self,
+            kinds=given_kinds,
+            cells=cells,
+            at_turn=at_turn,
+            rate=rate,
+            max_faults=max_faults,
+            seed=seed,
         )
         gym.Wrapper.__init__(self, env)
         self.kinds = tuple(names)
+        self.cells = {n: kind_cells[n] for n in names}
         self.kind_probs = weights_arr / weights_arr.sum()
         self.at_turns = turns
         self.rate = float(rate)
@@ -228,6 +294,7 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
                     "action": applied["action"],
                     "executed": applied["executed"],
                     "effect": applied["effect"],
+                    "cell": list(self.cells[kind]),
                     "cost_before": cost_before,
                     "cost_after": self._cost(),
                 }

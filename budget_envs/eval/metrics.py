@@ -28,8 +28,14 @@ __all__ = [
     "miss_ratio_table",
     "pass_at_kt",
     "pass_at_kt_per_task",
+    "CellRecoveryRow",
+    "PrefixRow",
+    "damage_bin",
+    "prefix_table",
+    "recovery_by_cell",
     "recovery_table",
     "single_step_accuracy",
+    "wilson_interval",
 ]
 
 
@@ -382,4 +388,140 @@ def recovery_table(
                     unrecoverable=unrecoverable,
                 )
             )
+    return rows
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a success rate (95% by default); (0, 1) when ``n`` is 0."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return float(max(0.0, centre - half)), float(min(1.0, centre + half))
+
+
+@dataclass
+class CellRecoveryRow:
+    """Success after a fault of one cell (visibility, persistence), against no fault."""
+
+    env_id: str
+    agent: str
+    cell: str
+    kinds: str
+    episodes: int
+    success: float
+    low: float
+    high: float
+    baseline_success: float | None
+    damage: float | None
+    unrecoverable: int
+
+
+def recovery_by_cell(records: Sequence[Any]) -> list[CellRecoveryRow]:
+    """Recovery broken down by the cell of the fault (``faults[i]["cell"]`` of each record).
+
+    An episode counts for a cell when its first fault lies in that cell; success is
+    ``won``, with its Wilson 95% interval; the baseline is the same env and agent without faults
+    at the same budgets. ``damage`` is the mean cost-to-go the fault added (faults that made the
+    task unsolvable are counted in ``unrecoverable`` instead).
+    """
+    eps = [r for r in records if _get(r, "record", "episode") == "episode" and not _get(r, "error")]
+    base: dict[tuple[str, str], list[Any]] = {}
+    cells: dict[tuple[str, str, str], list[tuple[Any, dict]]] = {}
+    for r in eps:
+        key = (str(_get(r, "env_id")), str(_get(r, "agent")))
+        faults = _get(r, "faults") or []
+        if _get(r, "fault_turn") is None and not faults:
+            base.setdefault(key, []).append(r)
+        elif faults and faults[0].get("cell"):
+            cell = "/".join(faults[0]["cell"])
+            cells.setdefault(key + (cell,), []).append((r, faults[0]))
+    rows = []
+    for (env_id, agent, cell), group in sorted(cells.items()):
+        wins = sum(bool(_get(r, "won")) for r, _ in group)
+        low, high = wilson_interval(wins, len(group))
+        budgets = {int(_get(r, "budget")) for r, _ in group}
+        ref = [r for r in base.get((env_id, agent), []) if int(_get(r, "budget")) in budgets]
+        damage, unrecoverable = [], 0
+        for _, f in group:
+            before, after = f.get("cost_before"), f.get("cost_after")
+            if before is None or after is None:
+                continue
+            if after >= UNSOLVABLE:
+                unrecoverable += 1
+            elif before < UNSOLVABLE:
+                damage.append(after - before)
+        rows.append(
+            CellRecoveryRow(
+                env_id=env_id,
+                agent=agent,
+                cell=cell,
+                kinds=",".join(sorted({f["kind"] for _, f in group})),
+                episodes=len(group),
+                success=wins / len(group),
+                low=low,
+                high=high,
+                baseline_success=float(np.mean([bool(_get(r, "won")) for r in ref]))
+                if ref
+                else None,
+                damage=float(np.mean(damage)) if damage else None,
+                unrecoverable=unrecoverable,
+            )
+        )
+    return rows
+
+
+@dataclass
+class PrefixRow:
+    """Success of an agent after a replayed failed prefix of ``prefix_turns`` turns."""
+
+    env_id: str
+    agent: str
+    source: str
+    prefix_turns: int
+    damage: str
+    probes: int
+    success: float
+    low: float
+    high: float
+
+
+def damage_bin(damage: int | None) -> str:
+    """The damage of a prefix in oracle turns, binned: 0, 1-2, 3-5, 6+, lost."""
+    if damage is None:
+        return "?"
+    if damage >= UNSOLVABLE:
+        return "lost"
+    if damage <= 0:
+        return "0"
+    if damage <= 2:
+        return "1-2"
+    if damage <= 5:
+        return "3-5"
+    return "6+"
+
+
+def prefix_table(records: Sequence[Any], by: str = "both") -> list[PrefixRow]:
+    """Success after a failed prefix, by prefix length t and by damage bin (``by``: ``turns``,
+    ``damage`` or ``both``), with Wilson 95% intervals. Only probes whose replay reached the
+    original episode's state count (``reached``)."""
+    if by not in ("turns", "damage", "both"):
+        raise ValueError(f"by must be 'turns', 'damage' or 'both', got {by!r}")
+    groups: dict[tuple, list[Any]] = {}
+    for r in records:
+        if _get(r, "record") != "prefix" or _get(r, "error") or not _get(r, "reached"):
+            continue
+        t = int(_get(r, "prefix_turns")) if by != "damage" else -1
+        d = damage_bin(_get(r, "damage")) if by != "turns" else "all"
+        key = (str(_get(r, "env_id")), str(_get(r, "agent")), str(_get(r, "source")), t, d)
+        groups.setdefault(key, []).append(r)
+    rows = []
+    for (env_id, agent, source, t, d), group in sorted(groups.items()):
+        wins = sum(bool(_get(r, "won")) for r in group)
+        low, high = wilson_interval(wins, len(group))
+        rows.append(
+            PrefixRow(env_id, agent, source, t, d, len(group), wins / len(group), low, high)
+        )
     return rows

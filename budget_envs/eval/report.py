@@ -21,6 +21,8 @@ from budget_envs.eval.metrics import (
     bootstrap_pass_at_kt,
     first_success_matrix,
     pass_at_kt_per_task,
+    prefix_table,
+    recovery_by_cell,
     recovery_table,
     single_step_accuracy,
 )
@@ -326,6 +328,19 @@ def write_report(
         _write_dicts(path, rec_rows)
         tables.append(path)
         md.append("")
+
+    cell_md, cell_rows = recovery_by_cell_markdown(records)
+    if cell_rows:
+        md += cell_md
+        path = out / "recovery_by_cell.csv"
+        _write_dicts(path, cell_rows)
+        tables.append(path)
+    prefix_md, prefix_rows = prefix_markdown(records)
+    if prefix_rows:
+        md += prefix_md
+        path = out / "prefix_recovery.csv"
+        _write_dicts(path, prefix_rows)
+        tables.append(path)
 
     if errors:
         md += [
@@ -677,3 +692,57 @@ def _write_comparison(results: list[Comparison], out: Path, figures: bool) -> No
             fig.savefig(out / name, dpi=110)
             md.append(f"![{name}]({name})")
     (out / "compare.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+
+
+def recovery_by_cell_markdown(
+    records: Sequence[dict[str, Any]],
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """The "Recovery by fault cell" section (markdown lines) and its rows."""
+    rows = [asdict(r) for r in recovery_by_cell(records)]
+    if not rows:
+        return [], []
+    md = [
+        "## Recovery by fault cell",
+        "",
+        "Success after one fault, by the fault's cell (explicit or silent, transient or "
+        "permanent), with its Wilson 95% interval; no-fault success is the same agent at the "
+        "same T; damage = oracle cost-to-go the fault added; unrecoverable = faults that left "
+        "the task unsolvable.",
+        "",
+        "| env | agent | cell | kinds | episodes | success | 95% interval | no-fault success | damage | unrecoverable |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        md.append(
+            f"| {r['env_id']} | {r['agent']} | {r['cell']} | {r['kinds']} | {r['episodes']} | "
+            f"{r['success']:.3f} | [{r['low']:.3f}, {r['high']:.3f}] | "
+            f"{_fmt(r['baseline_success'])} | {_fmt(r['damage'], 2)} | {r['unrecoverable']} |"
+        )
+    return md + [""], rows
+
+
+def prefix_markdown(records: Sequence[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The "Recovery from a failed prefix" section (markdown lines) and its rows."""
+    rows = [asdict(r) for r in prefix_table(records, by="turns")]
+    rows += [asdict(r) for r in prefix_table(records, by="damage")]
+    if not rows:
+        return [], []
+    unreached = sum(1 for r in records if r.get("record") == "prefix" and not r.get("reached"))
+    md = [
+        "## Recovery from a failed prefix",
+        "",
+        "The first t turns of a failed episode (of the source agent) are replayed; the agent "
+        "plays the remaining T - t turns. Success with its Wilson 95% interval, by t and by the "
+        "prefix's damage in oracle turns (cost-to-go after the prefix + t - cost-to-go at the "
+        f"start). Probes whose replay did not reach the recorded state: {unreached}.",
+        "",
+        "| env | agent | prefix of | t | damage | probes | success | 95% interval |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        t = "all" if r["prefix_turns"] < 0 else r["prefix_turns"]
+        md.append(
+            f"| {r['env_id']} | {r['agent']} | {r['source']} | {t} | {r['damage']} | "
+            f"{r['probes']} | {r['success']:.3f} | [{r['low']:.3f}, {r['high']:.3f}] |"
+        )
+    return md + [""], rows

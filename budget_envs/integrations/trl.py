@@ -106,6 +106,10 @@ class RolloutEpisode:
     turns: int = 0
     budget: int = 0
     actions: list[str] = field(default_factory=list)
+    #: Why the episode ended: the env's ``info["stop_reason"]`` (``won``, ``lost``, ``budget``)
+    #: or a trainer-side reason: ``context`` (the next turn would not fit in
+    #: ``max_completion_length``).
+    stop_reason: str = "context"
 
 
 class _Dialogue:
@@ -158,7 +162,9 @@ class BudgetMixRollout:
     in the trainer's ``max_completion_length``.
 
     Returns ``prompt_ids``, ``completion_ids``, ``logprobs``, ``env_mask`` and, for reward
-    functions, ``env_reward`` (the episode's summed reward), ``won``, ``turns`` and ``budget``.
+    functions, ``env_reward`` (the episode's summed reward), ``won``, ``turns``, ``budget`` and
+    ``stop_reason`` (``won``, ``lost``, ``budget``, or ``context`` when the completion length ran
+    out first).
 
     Example:
         Needs a model and a trainer, so this one is not run as a test::
@@ -238,6 +244,7 @@ class BudgetMixRollout:
             "won": [e.won for e in episodes],
             "turns": [e.turns for e in episodes],
             "budget": [e.budget for e in episodes],
+            "stop_reason": [e.stop_reason for e in episodes],
         }
 
     def play(
@@ -337,6 +344,7 @@ class BudgetMixRollout:
             ep.turns += 1
             if terminated or truncated:
                 ep.won = bool(info.get("won", False))
+                ep.stop_reason = info.get("stop_reason") or ("budget" if truncated else "lost")
                 break
             env_ids = dialogue.env_ids(
                 _user_text(obs, info, self.show_actions),
@@ -473,7 +481,7 @@ class BudgetMixToolEnv:
 
     def _run(self, action: str) -> str:
         """Play one turn; raise at the end of the budget (see the class docstring)."""
-        if self.over == "truncated":
+        if self.over == "budget":
             raise BudgetExhausted(
                 "Budget exhausted: no turns are left in this episode; no action can run."
             )
@@ -482,10 +490,10 @@ class BudgetMixToolEnv:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.reward += float(reward)
         if terminated:
-            self.over = "won" if info.get("won") else "lost"
+            self.over = info.get("stop_reason") or ("won" if info.get("won") else "lost")
             return obs
         if truncated:
-            self.over = "truncated"
+            self.over = "budget"
             limit = info.get("budget", {}).get("limit", "?")
             raise BudgetExhausted(
                 f"Budget exhausted: that was turn {limit} of {limit}, the last one; "

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from budget_envs._util import cache_root, check_int, check_levels
-from budget_envs.core import FaultOutcome, TextAgentEnv
+from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.envs.alfworld import generate
 from budget_envs.envs.alfworld.engine import AlfredEngine, GameFileError
 from budget_envs.envs.alfworld.oracle import ExpertError, HandcodedOracle, ModelOracle, PlanOracle
@@ -26,6 +26,8 @@ __all__ = ["AlfWorldEnv", "default_cache_dir", "collect_game_files", "GameFileEr
 
 _ORACLES = ("model", "planner", "handcoded")
 _GOAL = re.compile(r"Your task is to: (.*?)\.?\s*$", re.S)
+# alfworld 0.3's put command: its literal "put X in/on Y", or "put X in Y" / "put X on Y".
+_LEGACY_PUT = re.compile(r"^\s*put\s+(.+?)\s+(?:in/on|in|on)\s+(.+?)\s*$", re.I)
 
 
 def default_cache_dir() -> Path:
@@ -93,12 +95,22 @@ class AlfWorldEnv(TextAgentEnv):
         oracle: ``"model"`` (exact shortest plans; Fast Downward where a game does not fit the
             model), ``"planner"`` (Fast Downward's plan) or ``"handcoded"`` (alfworld's expert).
             ``cost_to_go`` always comes from the model (or the planner as fallback).
+        legacy_put: accept alfworld 0.3's ``put X in/on Y`` (and ``put X in Y``, ``put X on Y``)
+            as ``move X to Y``, the command alfworld 0.4 renamed it to; the turn then carries
+            ``info["action_alias"]`` with the command that ran. Published prompts still use the
+            old form. The admissible list stays alfworld's own (``move``).
 
     Snapshots use the base class's prefix replay (reload + replay; loads are cached, so it is cheap).
     """
 
     oracle_exact: bool = False
     native_snapshot: ClassVar[bool] = False
+    family_fault_cells: ClassVar[dict[str, tuple[str, str]]] = {
+        "perturb": ("explicit", "transient"),
+        "phantom": ("silent", "transient"),
+        "unreachable": ("explicit", "permanent"),
+        "silent_unreachable": ("silent", "permanent"),
+    }
 
     def __init__(
         self,
@@ -111,6 +123,7 @@ class AlfWorldEnv(TextAgentEnv):
         cache_dir: str | os.PathLike | None = None,
         n_tasks: int | None = None,
         oracle: str = "model",
+        legacy_put: bool = True,
         render_mode: str | None = None,
         max_action_length: int | None = None,
         max_observation_length: int | None = None,
@@ -124,6 +137,12 @@ class AlfWorldEnv(TextAgentEnv):
             raise ValueError(f"split must be one of {generate.SPLITS}, got {split!r}")
         if oracle not in _ORACLES:
             raise ValueError(f"oracle must be one of {_ORACLES}, got {oracle!r}")
+        if not isinstance(legacy_put, bool):
+            raise TypeError(f"legacy_put must be a bool, got {legacy_put!r}")
+        self.legacy_put = legacy_put
+        self._alias: str | None = None
+        #: Entities (display names) a permanent fault made unreachable for this episode.
+        self.blocked: frozenset[str] = frozenset()
         if n_tasks is not None:
             warnings.warn(
                 "AlfWorldEnv(n_tasks=...) is deprecated; use tasks_per_level= (tasks per type)",
@@ -267,6 +286,7 @@ class AlfWorldEnv(TextAgentEnv):
 
     # ------------------------------------------------------------------ hooks
     def _load(self, task_id: str) -> str:
+        self.blocked = frozenset()
         path = self.game_file(task_id)
         if self._engine is None:
             self._engine = AlfredEngine()
@@ -300,19 +320,39 @@ class AlfWorldEnv(TextAgentEnv):
         return intro
 
     def _model_solve(self) -> tuple[int, list[str]] | None:
-        key = len(self._trace)
+        key = (len(self._trace), self.blocked)
         if (
             self._model_at is None
             or self._model_at[0] != key
             or self._model_at[1] is not self._trace
         ):
-            self._model_at = (key, self._trace, self._model.solve(self._engine))
+            self._model_at = (key, self._trace, self._model.solve(self._engine, self.blocked))
         return self._model_at[2]
+
+    def _mentions_blocked(self, command: str) -> bool:
+        return any(_names(command, name) for name in self.blocked)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        self._alias = None
+        return super().step(action)
+
+    def legacy_command(self, action: str) -> str | None:
+        """The ``move X to Y`` an alfworld 0.3 ``put X in/on Y`` stands for, if admissible now."""
+        m = _LEGACY_PUT.match(action) if isinstance(action, str) else None
+        if m is None or self._engine is None:
+            return None
+        command = f"move {m.group(1)} to {m.group(2)}"
+        return command if self._engine.is_admissible(command) else None
 
     def _execute(self, action: str) -> tuple[str, float]:
         engine = self._engine
-        if not engine.is_admissible(action):
+        if self.blocked and self._mentions_blocked(action):
             raise ActionRejected("Nothing happens.")
+        if not engine.is_admissible(action):
+            alias = self.legacy_command(action) if self.legacy_put else None
+            if alias is None:
+                raise ActionRejected("Nothing happens.")
+            action = self._alias = alias
         command = action.strip()
         obs = engine.step(command)
         self._after(command)
@@ -328,10 +368,17 @@ class AlfWorldEnv(TextAgentEnv):
         return self._goal_text
 
     def _admissible(self) -> list[str]:
-        return [] if self._engine is None else list(self._engine.admissible)
+        if self._engine is None:
+            return []
+        if self.blocked:
+            return [c for c in self._engine.admissible if not self._mentions_blocked(c)]
+        return list(self._engine.admissible)
 
     def _extra_info(self) -> dict[str, Any]:
-        return {"gamefile": None if self._engine is None else self._engine.path}
+        out: dict[str, Any] = {"gamefile": None if self._engine is None else self._engine.path}
+        if self._alias is not None:
+            out["action_alias"] = self._alias
+        return out
 
     # ------------------------------------------------------------------ oracle
     def oracle_actions(self) -> list[str]:
@@ -339,12 +386,16 @@ class AlfWorldEnv(TextAgentEnv):
         self._require_reset()
         if self._done:
             return []
-        if self._oracle is not None:
+        if self._oracle is not None and not self.blocked:
             return [self._oracle.next_action()]
-        if self.oracle_kind == "model" and self._model is not None:
+        if self._model is not None and (self.oracle_kind == "model" or self.blocked):
             solved = self._model_solve()
             if solved is not None:
-                firsts = [a for a in solved[1] if self._engine.is_admissible(a)]
+                firsts = [
+                    a
+                    for a in solved[1]
+                    if self._engine.is_admissible(a) and not self._mentions_blocked(a)
+                ]
                 if firsts:
                     return firsts
                 logger.warning(
@@ -359,6 +410,8 @@ class AlfWorldEnv(TextAgentEnv):
         self._require_reset()
         if self.won:
             return 0
+        if self.lost:
+            return UNREACHABLE
         if self._model is not None:
             solved = self._model_solve()
             if solved is not None:
@@ -367,12 +420,24 @@ class AlfWorldEnv(TextAgentEnv):
 
     # ------------------------------------------------------------------ faults
     def fault_kinds(self) -> tuple[str, ...]:
-        return ("perturb",)
+        return ("perturb", "phantom", "unreachable", "silent_unreachable")
 
     def _fault(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
         """``perturb``: the agent's action is handled as usual, then the world changes under the
         player: a held object slips into a receptacle here, something closes, or the player
-        wanders to another place (each a real engine move, so oracle tracking stays exact)."""
+        wanders to another place (each a real engine move, so oracle tracking stays exact).
+
+        ``phantom`` (silent): the action's usual feedback is shown but the action did not
+        happen (the state is rolled back). ``unreachable`` / ``silent_unreachable``
+        (permanent): the action is handled as usual, then one thing within reach (an object or
+        a receptacle named by an admissible command, drawn from ``rng``; never what the player
+        holds) becomes unreachable for the rest of the episode: commands naming it are no longer admissible, and the oracle's
+        cost-to-go plans around it (UNREACHABLE, and the task lost, when no way is left). The
+        explicit kind says so; the silent kind shows only the action's feedback."""
+        if kind == "phantom":
+            return self._phantom(action)
+        if kind in ("unreachable", "silent_unreachable"):
+            return self._unreachable(kind, rng, action)
         obs, reward, invalid = self._attempt(action)
         executed = None if invalid else action
         if self.won or self.lost:
@@ -413,13 +478,51 @@ class AlfWorldEnv(TextAgentEnv):
             reward = 1.0
         return FaultOutcome(f"{obs}\n\n{lead} {feedback}", "world", executed, reward, invalid)
 
+    def _phantom(self, action: Any) -> FaultOutcome:
+        if self.replaying:  # the turn left no trace in the world
+            return FaultOutcome("", "dropped")
+        snap = self.snapshot()
+        obs, reward, invalid = self._attempt(action)
+        if invalid:
+            return FaultOutcome(obs, "none", None, reward, invalid)
+        self.restore(snap)
+        return FaultOutcome(obs, "dropped")
+
+    def _unreachable(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
+        obs, reward, invalid = self._attempt(action)
+        executed = None if invalid else action
+        if self.won or self.lost:
+            return FaultOutcome(obs, "none", executed, reward, invalid)
+        engine = self._engine
+        infos = engine._game.entity_infos
+        held = {infos[f.arguments[1].name].name for f in engine._state.facts if f.name == "holds"}
+        names = sorted({i.name for i in infos.values() if i.name} - held - self.blocked)
+        wanted = self._admissible()
+        if self._model is None:  # the planner ignores blocks: only block what its plan skips
+            plan = self._planner.plan()
+            used = {n for n in names for c in plan if _names(c, n)}
+            names = [n for n in names if n not in used]
+        pool = sorted({n for n in names for c in wanted if _names(c, n)})
+        if not pool:
+            return FaultOutcome(obs, "none", executed, reward, invalid)
+        gone = pool[int(rng.integers(len(pool)))]
+        self.blocked = self.blocked | {gone}
+        if self._model is not None:
+            solved = self._model.solve(engine, self.blocked)
+            if solved is not None and solved[0] >= UNREACHABLE:
+                self.lost = True
+        if kind == "unreachable":
+            obs = f"{obs}\n\nThe {gone} is suddenly out of reach; you will not get to it again."
+        return FaultOutcome(obs, "world", executed, reward, invalid)
+
     def _state_digest(self) -> str | None:
         """The PDDL state's facts (sorted text): locations, contents, held, open, toggled.
 
         ``not_atlocation`` facts are left out: the compiled domain adds one for each place the
         agent walked away from, so they record the path, not where anything is (``atlocation``
         does; admissible actions and ``look`` do not depend on them). Type and affordance facts
-        never change within a task (the task id is hashed), so they are skipped for speed.
+        never change within a task (the task id is hashed), so they are skipped for speed. Objects
+        a permanent fault put out of reach are part of the state.
         """
         if self._engine is None or self._engine._state is None:
             return None
@@ -436,7 +539,22 @@ class AlfWorldEnv(TextAgentEnv):
                 text = memo[fact] = str(fact)
             out.append(text)
         out.sort()
+        # A permanent fault's effect: objects out of reach for the rest of the episode.
+        out.extend(f"blocked {name}" for name in sorted(self.blocked))
         return "\n".join(out)
+
+
+def _names(command: str, name: str) -> bool:
+    """Whether ``command`` names the entity ``name`` ("mug 1" is not named by "mug 10")."""
+    at = command.find(name)
+    while at >= 0:
+        end = at + len(name)
+        if (at == 0 or not command[at - 1].isalnum()) and (
+            end == len(command) or not command[end].isalnum()
+        ):
+            return True
+        at = command.find(name, at + 1)
+    return False
 
 
 #: Facts ``_state_digest`` leaves out: the path record and the per-task constants.

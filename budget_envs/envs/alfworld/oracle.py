@@ -15,6 +15,7 @@ import hashlib
 import random
 from typing import Any
 
+from budget_envs.core import UNREACHABLE
 from budget_envs.envs.alfworld import _deps
 from budget_envs.errors import ExpertError
 
@@ -161,14 +162,21 @@ class ModelOracle:
         self.recep_type = (params.get("parent_target") or "").lower() + "type"
         self.toggle_type = (params.get("toggle_target") or "").lower() + "type"
 
-    def solve(self, engine: Any) -> tuple[int, list[str]] | None:
+    def solve(
+        self, engine: Any, blocked: frozenset[str] = frozenset()
+    ) -> tuple[int, list[str]] | None:
+        """``(cost, first actions)`` of the shortest plans; ``blocked`` names entities (display
+        names, e.g. ``"mug 1"``) that can no longer be reached. ``(UNREACHABLE, [])`` when no
+        route is left only because of ``blocked``; None when the game does not fit the model."""
         if engine.won:
             return 0, []
-        w = _World(engine)
+        w = _World(engine, blocked)
         if w.agent_loc is None:
             return None
         routes = list(self._routes(w))
         if not routes:
+            if blocked and self.solve(engine) is not None:
+                return UNREACHABLE, []
             return None
         best = min(len(r) for r in routes)
         if best == 0:
@@ -282,7 +290,7 @@ class ModelOracle:
 class _World:
     """The facts the model reads, from the engine's raw (mangled) fact set."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, blocked: frozenset[str] = frozenset()) -> None:
         infos = engine._game.entity_infos
         self.name = {k: info.name for k, info in infos.items()}
         self.loc_of: dict = {}
@@ -330,6 +338,10 @@ class _World:
             ):
                 self.flags.setdefault(args[0], set()).add(n)
         self.rtype = {r: t for r, t in self.rtype.items() if r in self.loc_of}
+        if blocked:  # unreachable receptacles, and objects in them or themselves unreachable
+            gone = {k for k, n in self.name.items() if n in blocked}
+            self.rtype = {r: t for r, t in self.rtype.items() if r not in gone}
+            self.inrec = {o: r for o, r in self.inrec.items() if o not in gone and r not in gone}
 
 
 class _Sim:

@@ -161,6 +161,9 @@ class TextWorldEnv(TextAgentEnv):
 
     family: ClassVar[str] = "custom"
     native_snapshot: ClassVar[bool] = True
+    family_fault_cells: ClassVar[dict[str, tuple[str, str]]] = {
+        "perturb": ("explicit", "transient"),
+    }
     default_max_action_length: ClassVar[int] = 4096
     default_max_observation_length: ClassVar[int] = 16384
 

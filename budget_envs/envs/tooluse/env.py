@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from budget_envs._util import check_int, check_levels
-from budget_envs.core import FaultOutcome, TextAgentEnv
+from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.envs.tooluse import oracle as orc
 from budget_envs.envs.tooluse.tasks import DECLINE_NOTE, LEVELS, Task, make_task
 from budget_envs.envs.tooluse.tools import (
@@ -62,6 +62,13 @@ _ID_WHAT = {
 }
 
 
+def _down_message(name: str) -> str:
+    return (
+        f"Error: the {name} tool is down (HTTP 503 Service Unavailable) and stays down for the "
+        "rest of this session; the call was not run."
+    )
+
+
 class ToolUseEnv(TextAgentEnv):
     """Tool calling over an in-memory SQLite database, with an exact oracle.
 
@@ -87,6 +94,15 @@ class ToolUseEnv(TextAgentEnv):
     oracle_exact = True
     native_snapshot = True
     default_max_action_length = 16384
+    #: A slipped call's result names no call, so it reads as the answer to the agent's own call.
+    family_fault_cells = {
+        "slip": ("silent", "transient"),
+        "tool_error": ("explicit", "transient"),
+        "tool_timeout": ("explicit", "transient"),
+        "stale_read": ("silent", "transient"),
+        "tool_down": ("explicit", "permanent"),
+        "stale_tool": ("silent", "permanent"),
+    }
 
     def __init__(
         self,
@@ -113,6 +129,9 @@ class ToolUseEnv(TextAgentEnv):
         self._gold: orc.Gold | None = None
         self._pr = orc.Progress()
         self._score = 0.0
+        # Permanent faults: tools that are down, read tools that answer from the start state.
+        self._down: frozenset[str] = frozenset()
+        self._stale: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ tasks
     @property
@@ -153,6 +172,7 @@ class ToolUseEnv(TextAgentEnv):
         self._rows = RowLog()
         self._pr = orc.Progress(revealed=set(self._task.given_orders))
         self._score = 0.0
+        self._down = self._stale = frozenset()
         return f"{self._task.ticket}\n\n{_INSTRUCTIONS}"
 
     def _goal(self) -> str:
@@ -269,6 +289,10 @@ class ToolUseEnv(TextAgentEnv):
     def _run(self, name: str, args: dict, conn: sqlite3.Connection) -> tuple[str, float]:
         if name == "submit":
             return self._submit(args["answer"])
+        if name in self._down:
+            return _down_message(name), 0.0
+        if name in self._stale:
+            conn = self.world.template
         try:
             self._check_visible(name, args)
             if conn is self._conn:
@@ -283,8 +307,12 @@ class ToolUseEnv(TextAgentEnv):
     def _apply(self, name: str, args: dict) -> None:
         orc.apply_call(self.world, self._pr, name, args)
         if name in WRITE_TOOLS:
-            self.lost = orc.is_lost(self._gold, self._pr)
+            self.lost = orc.is_lost(self._gold, self._pr) or self._needs_down_tool()
             self._score = orc.score(self._gold, self._pr, False)
+
+    def _needs_down_tool(self) -> bool:
+        """Whether every way to success calls a tool that is down (the task is then lost)."""
+        return bool(self._down) and bool(self._down & orc.needed_tools(self._gold, self._pr))
 
     def _submit(self, answer: str) -> tuple[str, float]:
         pr = self._pr
@@ -339,18 +367,27 @@ class ToolUseEnv(TextAgentEnv):
     def cost_to_go(self) -> int:
         """Fewest turns to success; ``oracle.UNREACHABLE`` once lost."""
         self._require_reset()
+        if self.lost and not self.won:
+            return UNREACHABLE
         return orc.cost_to_go(self._gold, self._pr, self.won)
 
     # ------------------------------------------------------------------ faults
     def fault_kinds(self) -> tuple[str, ...]:
-        """``tool_error`` (not run), ``tool_timeout`` (writes run, result lost), ``stale_read``."""
-        return ("tool_error", "tool_timeout", "stale_read")
+        """``tool_error`` (not run), ``tool_timeout`` (writes run, result lost), ``stale_read``,
+        ``tool_down`` (the tool stays down), ``stale_tool`` (a read stays stale)."""
+        return ("tool_error", "tool_timeout", "stale_read", "tool_down", "stale_tool")
 
     def _fault(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
         """``tool_error``: the call is not run; ``tool_timeout``: a write runs, a read or
         ``submit`` does not, and either way the result is lost; ``stale_read``: a read answers
         from the start-of-episode database, anything else runs as usual. A malformed call is
-        rejected as on any turn (the timeout and stale kinds then change nothing)."""
+        rejected as on any turn (the timeout and stale kinds then change nothing).
+
+        Permanent kinds: ``tool_down``: a tool (any but ``submit``, drawn from ``rng``) goes
+        down for the rest of the episode, with a notice; the agent's call runs as usual unless
+        it is to that tool. When every way to success needs that tool the task is lost. ``stale_tool``:
+        the called read tool answers from the start-of-episode database from now on, with no
+        sign of it (a write or ``submit`` runs as usual and nothing goes stale)."""
         if kind == "tool_error":
             code = (500, 502, 503)[int(rng.integers(3))]
             return FaultOutcome(
@@ -367,6 +404,26 @@ class ToolUseEnv(TextAgentEnv):
         if name is None:
             obs, reward, invalid = self._attempt(action)
             return FaultOutcome(obs, "none", None, reward, invalid)
+        if kind == "tool_down":
+            pool = sorted(set(TOOL_NAMES) - {"submit"} - self._down)
+            broken = pool[int(rng.integers(len(pool)))]
+            self._down = self._down | {broken}
+            notice = f"Notice: {_down_message(broken)[len('Error: ') :]}"
+            if name == broken:
+                obs, reward, executed, effect = _down_message(name), 0.0, None, "dropped"
+            else:
+                obs, reward = self._run(name, args, self._conn)
+                executed, effect = action, "world"
+            if self._needs_down_tool():
+                self.lost = True
+            return FaultOutcome(f"{obs}\n{notice}", effect, executed, reward)
+        if kind == "stale_tool":
+            if name not in READ_TOOLS:
+                obs, reward = self._run(name, args, self._conn)
+                return FaultOutcome(obs, "none", action, reward)
+            self._stale = self._stale | {name}
+            obs, reward = self._run(name, args, self._conn)
+            return FaultOutcome(obs, "observation", action, reward)
         if kind == "tool_timeout":
             lost = (
                 "Error: the tool call timed out after 30 s; its result is unknown (a write "
@@ -459,10 +516,12 @@ class ToolUseEnv(TextAgentEnv):
             self.lost,
             self._score,
             self._rows.copy(),
+            self._down,
+            self._stale,
         )
 
     def _restore_state(self, payload: Any) -> None:
-        copy_conn, task, pr, won, lost, score, rows = payload
+        copy_conn, task, pr, won, lost, score, rows, self._down, self._stale = payload
         copy_conn.backup(self._conn)
         self._rows = rows.copy()
         if task is not self._task:
@@ -476,7 +535,8 @@ class ToolUseEnv(TextAgentEnv):
         super().close()
 
     def _state_digest(self) -> str:
-        """Database rows changed since the start, ids shown, pages read, models listed, submit.
+        """Database rows changed since the start, ids shown, pages read, models listed, submit,
+        and the permanent faults' effects (tools down, tools serving stale reads).
 
         Incremental: the rows come from the episode's :class:`RowLog`, not from reading tables.
         """
@@ -488,5 +548,7 @@ class ToolUseEnv(TextAgentEnv):
                 ",".join(f"{c}={n}" for c, n in sorted(pr.pages_seen.items())),
                 ",".join(sorted(pr.listed)),
                 f"{int(pr.submitted)}{int(pr.answer_ok)}",
+                ",".join(sorted(self._down)),
+                ",".join(sorted(self._stale)),
             )
         )

@@ -29,7 +29,7 @@ from budget_envs.envs.tooluse.tasks import Task
 from budget_envs.envs.tooluse.tools import call_json
 from budget_envs.envs.tooluse.world import World
 
-__all__ = ["Progress", "apply_call", "cost_to_go", "oracle_calls", "score"]
+__all__ = ["Progress", "apply_call", "cost_to_go", "needed_tools", "oracle_calls", "score"]
 
 _IRREVERSIBLE = ("status", "item")
 
@@ -253,6 +253,28 @@ def oracle_calls(gold: Gold, pr: Progress, won: bool = False) -> list[str]:
         if cost_to_go(gold, nxt) == now - 1:
             out.append(call_json(name, args))
     return sorted(set(out))
+
+
+def needed_tools(gold: Gold, pr: Progress) -> set[str]:
+    """The tools a shortest way to success from here calls (empty once lost or submitted).
+
+    Every call of a shortest way is forced (each id has one kind of read, each slot one write),
+    so following the oracle once collects the tools every shortest way needs.
+    """
+    from budget_envs.envs.tooluse.tools import parse_action  # noqa: PLC0415 (import cycle)
+
+    pr = pr.copy()
+    tools: set[str] = set()
+    for _ in range(cost_to_go(gold, pr) if cost_to_go(gold, pr) < UNREACHABLE else 0):
+        calls = oracle_calls(gold, pr)
+        if not calls:
+            break
+        name, args = parse_action(calls[0])
+        tools.add(name)
+        if name == "submit":
+            break
+        apply_call(gold.world, pr, name, args)
+    return tools
 
 
 def score(gold: Gold, pr: Progress, won: bool) -> float:

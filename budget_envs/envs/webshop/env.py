@@ -110,6 +110,11 @@ class WebShopEnv(TextAgentEnv):
 
     oracle_exact: ClassVar[bool] = True
     native_snapshot: ClassVar[bool] = True
+    family_fault_cells: ClassVar[dict[str, tuple[str, str]]] = {
+        "http_error": ("explicit", "transient"),
+        "stale_page": ("silent", "transient"),
+        "slow_response": ("explicit", "transient"),
+    }
 
     def __init__(
         self,

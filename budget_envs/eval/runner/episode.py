@@ -13,7 +13,7 @@ import gymnasium as gym
 from budget_envs.core import TextAgentEnv
 from budget_envs.eval.agents import AgentError
 from budget_envs.eval.runner.plan import EpisodeJob, default_t_max, make_env
-from budget_envs.eval.runner.records import EpisodeRecord
+from budget_envs.eval.runner.records import EpisodeRecord, obs_digest
 
 __all__ = ["agrees", "run_episode", "transcript"]
 
@@ -84,6 +84,9 @@ def run_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeRecord:
     agreement: list[bool | None] | None = [] if track else None
     info: dict[str, Any] = {}
     error = None
+    actions: list[str] = []
+    digests: list[str] = []
+    costs: list[int | None] = []
     obs, info = env.reset(seed=job.seed, options={"task_id": job.task_index, "budget": job.budget})
     try:
         agent.reset(
@@ -95,6 +98,9 @@ def run_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeRecord:
                 best = oracle()
                 agreement.append(agrees(action, best) if best else None)
             obs, _, terminated, truncated, info = env.step(action)
+            actions.append(action if isinstance(action, str) else repr(action))
+            digests.append(obs_digest(obs))
+            costs.append(int(unwrapped.cost_to_go()) if track else None)
             turns += 1
             if terminated or truncated:
                 break
@@ -126,6 +132,10 @@ def run_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeRecord:
         error=error,
         key=job.key,
         agent_turns=turn_log(agent),
+        stop_reason=info.get("stop_reason") if error is None else None,
+        actions=actions,
+        obs_digests=digests,
+        costs=costs,
     )
 
 

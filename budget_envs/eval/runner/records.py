@@ -6,6 +6,7 @@ loses at most the line it was writing (:func:`load_records` skips a torn last li
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -48,6 +49,14 @@ class EpisodeRecord:
     #: LLM agents: one dict per request (finish_reason, token usage, reasoning; see
     #: :meth:`budget_envs.eval.chat.ChatEpisode.turn_log`); None for other agents.
     agent_turns: list[dict[str, Any]] | None = None
+    #: ``info["stop_reason"]`` of the last step: won, lost or budget (None after an agent error).
+    stop_reason: str | None = None
+    #: The agent's actions, in order (a failed episode's prefix is replayed from them).
+    actions: list[str] | None = None
+    #: Per turn: a digest of the observation (:func:`obs_digest`) and the oracle cost-to-go
+    #: after it (None without an oracle); a replayed prefix is checked against them.
+    obs_digests: list[str] | None = None
+    costs: list[int | None] | None = None
 
 
 @dataclass
@@ -69,6 +78,11 @@ class ProbeRecord:
     error: str | None = None
     key: str = ""
     record: str = "probe"
+
+
+def obs_digest(obs: str) -> str:
+    """A short stable digest of an observation (episode records keep one per turn)."""
+    return hashlib.sha256(obs.encode("utf-8", "replace")).hexdigest()[:16]
 
 
 def load_records(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
