@@ -20,6 +20,7 @@ from budget_envs.integrations.tiny_model import (
     warm_start,
 )
 from budget_envs.integrations.trl import (
+    STOP_REASONS,
     BudgetExhausted,
     BudgetMixRollout,
     BudgetMixToolEnv,
@@ -164,8 +165,9 @@ def test_rollout_rows_match_prompts_and_draw_tasks(tmp_path):
     assert len(episodes) == len(prompts)
     assert all(len(e.completion_ids) <= 64 for e in episodes)
     assert all(2 <= e.budget <= 5 for e in episodes)
-    # A random model rarely forms a valid command, but every turn is played and counted.
-    assert all(1 <= e.turns <= e.budget for e in episodes)
+    # A random model rarely ends a reply within 4 tokens; every episode says why it ended.
+    assert all(0 <= e.turns <= e.budget for e in episodes)
+    assert all(e.stop_reason in STOP_REASONS for e in episodes)
 
 
 def test_tool_env_budget_exhausted():
