@@ -507,7 +507,9 @@ class BudgetMixRollout:
         self._calls = {step: call + 1}
         limit = int(trainer.max_completion_length)
         kwargs = dict(getattr(trainer, "chat_template_kwargs", None) or {})
-        group = int(trainer.num_generations if trainer.model.training else 1) or 1
+        training = trainer.model.training
+        group = trainer.num_generations if training else trainer.num_generations_eval
+        group = int(group or 1)
         sampler_seed = _seed(self.seed, rank, step, call, 1)
         eos_ids = list(trainer.eos_token_ids)
         if trainer.use_vllm:
