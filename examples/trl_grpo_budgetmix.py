@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"done in {time.time() - start:.0f}s: last batch won {sum(e.won for e in episodes)}"
         f"/{len(episodes)}, budgets {[e.budget for e in episodes]}, "
-        f"turns {[e.turns for e in episodes]}"
+        f"turns {[e.turns for e in episodes]}, stop reasons {[e.stop_reason for e in episodes]}"
     )
     return 0
 

@@ -128,8 +128,9 @@ ENV_TABLE: tuple[EnvEntry, ...] = (
         "tickets (levels 1-5, 3 to 39 optimal calls), exact oracle",
         kwargs={},
         family="ToolUse",
-        prompt="You solve the task by calling the provided tools. Call one or more tools per "
-        "turn; when the task is done, call the tool that submits the answer.",
+        prompt="You solve the task by calling the provided tools. Call exactly one tool per "
+        "turn (each call is one turn of the budget); when the task is done, call the tool that "
+        "submits the answer.",
     ),
     EnvEntry(
         id="BudgetMix/TextWorld-v0",

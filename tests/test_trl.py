@@ -20,6 +20,7 @@ from budget_envs.integrations.tiny_model import (
     warm_start,
 )
 from budget_envs.integrations.trl import (
+    STOP_REASONS,
     BudgetExhausted,
     BudgetMixRollout,
     BudgetMixToolEnv,
@@ -153,19 +154,6 @@ def test_env_tokens_render_observation_with_budget(real_setup):
             assert "<|im_start|>user" in text and "Turns left:" in text
         first = tok.decode(ep.prompt_ids)
         assert "<|im_start|>system" in first and "Turns left:" in first
-
-
-def test_rollout_rows_match_prompts_and_draw_tasks(tmp_path):
-    tok = build_tiny_tokenizer(["go east take key open door"])
-    model = build_tiny_model(tok)
-    rollout = BudgetMixRollout(TOY, budget=(2, 5), seed=3, max_turn_tokens=4)
-    prompts = ["free prompt A"] * 3 + ["free prompt B"] * 3 + [task_prompt("toy-007")]
-    episodes = rollout.play(prompts, model, tok, max_completion_length=64)
-    assert len(episodes) == len(prompts)
-    assert all(len(e.completion_ids) <= 64 for e in episodes)
-    assert all(2 <= e.budget <= 5 for e in episodes)
-    # A random model rarely forms a valid command, but every turn is played and counted.
-    assert all(1 <= e.turns <= e.budget for e in episodes)
 
 
 def test_tool_env_budget_exhausted():
@@ -306,3 +294,227 @@ def test_smoke_example_exits_zero(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "done in" in proc.stdout
+
+
+# ---------------------------------------------------------------------- batched, token-exact
+@pytest.fixture(scope="module")
+def toy_policy():
+    """A tiny model warm-started on the toy env's oracle, so episodes run several turns."""
+    rollout = BudgetMixRollout(TOY, budget=(3, 8), seed=0, max_turn_tokens=8, show_actions=True)
+    env = make_env_like(rollout.env)
+    corpus = []
+    for seed in range(6):
+        obs, info = env.reset(seed=seed)
+        corpus += [obs, *info["admissible_actions"]]
+    tok = build_tiny_tokenizer(corpus)
+    model = build_tiny_model(tok, seed=0)
+    examples = oracle_examples(rollout, tok, n_episodes=16, seed=0)
+    warm_start(model, examples, steps=40, batch_size=8, lr=5e-3, seed=0)
+    return tok, model
+
+
+def _trainer(tok, model, tmp_path, rollout, **overrides):
+    from trl import GRPOTrainer
+
+    return GRPOTrainer(
+        model=model,
+        reward_funcs=env_reward,
+        args=_grpo_config(tmp_path, **overrides),
+        train_dataset=make_prompt_dataset(rollout.env, 8, seed=0),
+        processing_class=tok,
+        rollout_func=rollout,
+    )
+
+
+def _segments(ids, mask):
+    """Consecutive runs of equal mask value: [(mask, ids), ...]."""
+    out = []
+    for t, m in zip(ids, mask):
+        if out and out[-1][0] == m:
+            out[-1][1].append(t)
+        else:
+            out.append((m, [t]))
+    return out
+
+
+def test_rollout_is_token_exact_against_the_generator(toy_policy, tmp_path, monkeypatch):
+    tok, model = toy_policy
+    rollout = BudgetMixRollout(TOY, budget=(3, 8), seed=1, max_turn_tokens=8)
+    trainer = _trainer(tok, model, tmp_path, rollout)
+    eos = tok.eos_token_id
+    calls = []
+    real_generate = model.generate
+
+    def spy_generate(*args, **kwargs):
+        out = real_generate(*args, **kwargs)
+        width = kwargs["input_ids"].shape[1]
+        calls.append(out.sequences[:, width:].tolist())
+        return out
+
+    encoded = []
+    real_encode = tok.encode
+
+    def spy_encode(text, *args, **kwargs):
+        encoded.append(text)
+        return real_encode(text, *args, **kwargs)
+
+    monkeypatch.setattr(model, "generate", spy_generate)
+    monkeypatch.setattr(tok, "encode", spy_encode)
+    prompts = [task_prompt("toy-003")] * 4 + [task_prompt("toy-011")] * 4
+    out = rollout(prompts, trainer)
+    monkeypatch.undo()
+    episodes = rollout.last_episodes
+    assert len(episodes) == len(out["completion_ids"]) == 8
+    turns = max(len(e.replies) for e in episodes)
+    assert turns >= 2, "no multi-turn episode: the check below would be empty"
+    # One generation call per turn for the whole batch.
+    assert len(calls) == turns == rollout.last_generation_calls
+    for c, sampled in enumerate(calls):
+        live = [e for e in episodes if len(e.replies) > c]
+        assert len(sampled) == len(live)
+        for row, ep in zip(sampled, live):
+            cut = row.index(eos) + 1 if eos in row else len(row)
+            assert ep.replies[c] == row[:cut]
+    saw_env = False
+    for i, ep in enumerate(episodes):
+        ids, mask, logps = out["completion_ids"][i], out["env_mask"][i], out["logprobs"][i]
+        assert len(ids) == len(mask) == len(logps)
+        segs = _segments(ids, mask)
+        assert [seg for m, seg in segs if m == 1] == ep.replies  # sampled ids, in order
+        assert segs[0][0] == 1 and segs[-1][0] == 1  # starts and ends with the agent's reply
+        saw_env |= any(m == 0 for m, _ in segs)
+        assert out["stop_reason"][i] in STOP_REASONS
+        # Teacher forcing over the returned sequence reproduces the returned log-probs.
+        full = torch.tensor([out["prompt_ids"][i] + ids])
+        with torch.no_grad():
+            logits = model(full).logits[0].float()
+        p = len(out["prompt_ids"][i])
+        lp = torch.log_softmax(logits[p - 1 : -1], dim=-1)
+        forced = lp.gather(-1, torch.tensor(ids).unsqueeze(-1)).squeeze(-1)
+        sel = torch.tensor(mask, dtype=torch.bool)
+        assert torch.allclose(forced[sel], torch.tensor(logps)[sel], atol=1e-4)
+    assert saw_env
+    # Every encode call holds one turn's new text: a prompt render or one env turn.
+    assert encoded
+    prompts_seen = [t for t in encoded if "<|im_start|>system" in t]
+    assert len(prompts_seen) == len(episodes)
+    for text in encoded:
+        assert text.count("<|im_start|>user") == 1, text
+        assert text.count("<|im_start|>assistant") == 1, text
+
+
+def test_top_k_1_gives_identical_rollouts_under_different_sampler_seeds(toy_policy, tmp_path):
+    tok, model = toy_policy
+    prompts = [task_prompt("toy-005")] * 4 + [task_prompt("toy-020")] * 4
+
+    def run(trainer, step):
+        rollout = BudgetMixRollout(TOY, budget=(3, 8), seed=2, max_turn_tokens=8)
+        trainer.state.global_step = step  # the sampler seed is per (seed, rank, step)
+        return rollout(prompts, trainer)["completion_ids"]
+
+    greedy = _trainer(tok, model, tmp_path, BudgetMixRollout(TOY), top_k=1)
+    assert run(greedy, 0) == run(greedy, 7)
+    sampled = _trainer(tok, model, tmp_path, BudgetMixRollout(TOY))
+    assert run(sampled, 0) != run(sampled, 7)  # the control: the seed does change sampling
+    assert run(sampled, 3) == run(sampled, 3)  # and the same step replays exactly
+
+
+def test_enable_thinking_false_puts_the_empty_think_block_in_the_prompt(toy_policy, tmp_path):
+    tok, model = toy_policy
+    think = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    for kwargs, expect in (({"enable_thinking": False}, True), (None, False)):
+        rollout = BudgetMixRollout(TOY, budget=(3, 8), seed=0, max_turn_tokens=8)
+        trainer = _trainer(tok, model, tmp_path, rollout, chat_template_kwargs=kwargs)
+        out = rollout([task_prompt("toy-002")] * 4, trainer)
+        for prompt_ids, ids, mask in zip(out["prompt_ids"], out["completion_ids"], out["env_mask"]):
+            assert tok.decode(prompt_ids).endswith(think) is expect
+            for m, seg in _segments(ids, mask):
+                if m == 0:  # every env turn hands over to the assistant the same way
+                    assert tok.decode(seg).endswith(think) is expect
+
+
+def test_stop_reasons_name_the_limit_that_ended_the_episode(toy_policy):
+    tok, model = toy_policy
+    prompts = [task_prompt("toy-004")] * 4
+    cases = (
+        (dict(budget=1, max_turn_tokens=8), 512, "budget"),
+        (dict(budget=20, max_turn_tokens=1), 512, "max_turn_tokens"),
+        (dict(budget=20, max_turn_tokens=8), 12, "max_completion_length"),
+    )
+    for opts, limit, expected in cases:
+        rollout = BudgetMixRollout(TOY, seed=0, **opts)
+        episodes = rollout.play(prompts, model, tok, max_completion_length=limit)
+        reasons = [e.stop_reason for e in episodes]
+        assert expected in reasons, (opts, limit, reasons)
+        assert set(reasons) <= set(STOP_REASONS)
+        assert all(len(e.completion_ids) <= limit for e in episodes)
+        for e in episodes:
+            if e.stop_reason == "budget":
+                assert e.turns == e.budget and not e.won
+
+
+def test_task_and_budget_draws_are_seeded_per_episode(toy_policy):
+    tok, model = toy_policy
+    prompts = ["free prompt A"] * 4 + ["free prompt B"] * 4
+
+    def draws(seed):
+        rollout = BudgetMixRollout(TOY, budget=(1, 40), seed=seed, max_turn_tokens=2)
+        eps = rollout.play(prompts, model, tok, max_completion_length=16)
+        return [(e.task_id, e.budget) for e in eps]
+
+    first = draws(0)
+    assert first == draws(0)
+    assert first != draws(1)
+    # Repeats of one prompt share its task; budgets differ within the group.
+    assert len({t for t, _ in first[:4]}) == 1 and len({t for t, _ in first[4:]}) == 1
+    assert len({b for _, b in first[:4]}) >= 3
+    rollout = BudgetMixRollout(TOY, budget=(1, 40), seed=0, max_turn_tokens=2, budget_per="group")
+    eps = rollout.play(prompts, model, tok, max_completion_length=16)
+    assert len({e.budget for e in eps[:4]}) == 1 and len({e.budget for e in eps[4:]}) == 1
+
+
+def test_tool_env_instances_are_independent(tmp_path):
+    """One GRPO batch of 2 rows x 4 generations on ToolUse: a shared task per row, budgets
+    drawn per episode; 8 distinct rows (4 steps) give several tasks."""
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    base = BudgetMixToolEnv.factory("BudgetMix/ToolUse-v0", budget=(1, 40), level=1, seed=0)
+    resets = []
+
+    def reset(self, **row):
+        obs = base.reset(self, **row)
+        resets.append((row["prompt"][0]["content"], self.task_id, self.budget, self.instance))
+        return obs
+
+    factory = type("RecordingToolEnv", (base,), {"reset": reset})
+    tok = build_tiny_tokenizer(["find_customer list_orders submit"])
+    model = build_tiny_model(tok)
+    rows = [[{"role": "user", "content": f"Ticket number {i}. Work it."}] for i in range(8)]
+    trainer = GRPOTrainer(
+        model=model,
+        args=_grpo_config(
+            tmp_path,
+            num_generations=4,
+            per_device_train_batch_size=8,
+            max_completion_length=8,
+            max_steps=4,
+        ),
+        train_dataset=Dataset.from_dict({"prompt": rows}),
+        processing_class=tok,
+        environment_factory=factory,
+    )
+    trainer.train()
+    by_row: dict[str, list] = {}
+    for prompt, task, budget, _ in resets:
+        by_row.setdefault(prompt, []).append((task, budget))
+    assert len(by_row) == 8, by_row.keys()
+    first_batch = [p for p, *_ in resets[:8]]
+    assert len(set(first_batch)) == 2
+    for prompt in set(first_batch):
+        draws = by_row[prompt][:4]
+        assert len({t for t, _ in draws}) == 1, draws
+        assert len({b for _, b in draws}) >= 3, draws
+    tasks = {draws[0][0] for draws in by_row.values()}
+    assert len(tasks) >= 4, tasks
+    assert len({inst for *_, inst in resets[:8]}) == 8  # eight pooled instances, own seeds

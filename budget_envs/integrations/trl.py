@@ -2,23 +2,38 @@
 
 Two ways in, both with the turn budget drawn per episode by the :class:`BudgetWrapper`:
 
-* :class:`BudgetMixRollout` is a ``rollout_func``: it plays one multi-turn episode per prompt
-  with the trainer's model and returns the token ids of the whole dialogue, with ``env_mask`` 0
-  on the environment's tokens (so only the agent's tokens carry the loss), the sampling
-  log-probabilities and the episode's env reward (``env_reward``; see :func:`env_reward`).
+* :class:`BudgetMixRollout` is a ``rollout_func``: it plays one multi-turn episode per prompt,
+  all the episodes of a batch together (one generation call per turn for every live episode),
+  and returns the sampled token ids with the environment's tokenized turns appended
+  (``env_mask`` 0 on those, so only the agent's tokens carry the loss), the sampling
+  log-probabilities of exactly those ids, the episode's env reward (``env_reward``) and why it
+  ended (``stop_reason``, one of :data:`STOP_REASONS`).
 * :class:`BudgetMixToolEnv` is an ``environment_factory`` class: TRL runs the generation loop
   and calls its tools (``act(command)`` for text envs; one typed method per tool for the tool-use
   family); at truncation a tool raises :class:`BudgetExhausted`, which TRL hands back to the
   model as a tool error.
+
+A turn is one env step everywhere: one reply of the rollout, one tool call of the tool adapter,
+one ``act`` of an eval agent. In the tool-use family one turn is one tool call (the env rejects a
+message with several calls as an invalid turn), in training and in evaluation alike.
+
+Training end to end (warm start, GRPO, checkpoint, evaluation) is :func:`train`
+(:mod:`budget_envs.integrations.trl_train`); a checkpoint plays in the eval harness as
+:class:`~budget_envs.integrations.trl_train.PolicyAgent`.
 
 ``import budget_envs`` never imports torch or trl: they load inside the functions here.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import json
 import logging
+import os
 import re
-from collections.abc import Callable, Sequence
+import zlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,14 +49,19 @@ __all__ = [
     "BudgetMixRollout",
     "BudgetMixToolEnv",
     "EpisodeOver",
+    "HFTurnGenerator",
     "RolloutEpisode",
+    "STOP_REASONS",
     "SYSTEM_PROMPT",
+    "VLLMTurnGenerator",
+    "action_from_reply",
     "env_reward",
     "make_env",
     "make_env_like",
     "make_prompt_dataset",
     "oracle_examples",
     "task_prompt",
+    "train",
 ]
 
 logger = logging.getLogger(__name__)
@@ -50,7 +70,12 @@ SYSTEM_PROMPT = (
     "You are an agent in a text environment. Each turn, reply with exactly one action and "
     "nothing else."
 )
+#: Why an episode ended: the env's words (``won``, ``lost``, ``budget``: the turn budget ran
+#: out) and the trainer's (``max_completion_length``: the next turn would not fit in the token
+#: limit of the whole episode; ``max_turn_tokens``: a reply did not end within its token cap).
+STOP_REASONS = ("won", "lost", "budget", "max_completion_length", "max_turn_tokens")
 _TASK_TAG = re.compile(r"\[task_id=([^\]\s]+)\]")
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 _MARK_A, _MARK_U = "\x1fASSISTANT\x1f", "\x1fUSER\x1f"
 
 
@@ -58,31 +83,55 @@ def _require() -> None:
     require("torch", "trl", extra="trl", what="the TRL integration")
 
 
+def _seed(*parts: int) -> int:
+    """One 32-bit seed from integer parts (the same in every process)."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
+
+
 def task_prompt(task_id: str) -> str:
     """The dataset prompt that names a task; :class:`BudgetMixRollout` plays that task."""
     return f"Play the BudgetMix task [task_id={task_id}]."
 
 
-def make_prompt_dataset(env: gym.Env, n: int, seed: int = 0) -> Any:
+def make_prompt_dataset(
+    env: gym.Env, n: int, seed: int = 0, task_ids: Sequence[str] | None = None
+) -> Any:
     """A ``datasets.Dataset`` of ``n`` prompts, each naming a task drawn with ``seed``.
 
-    GRPO repeats each prompt ``num_generations`` times; every repeat plays the same task (so
-    the group's advantages compare like with like) under its own budget draw.
+    Tasks are drawn from ``task_ids`` (default: every task of the env). GRPO repeats each prompt
+    ``num_generations`` times; every repeat plays the same task (so the group's advantages
+    compare like with like) under its own budget draw. The ``task_id`` column also serves
+    :class:`BudgetMixToolEnv`.
     """
     from datasets import Dataset
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
-    ids = list(env.unwrapped.task_ids)
+    ids = list(env.unwrapped.task_ids if task_ids is None else task_ids)
+    if not ids:
+        raise ValueError(f"task_ids must name at least one task, got {task_ids!r}")
     rng = np.random.default_rng(seed)
     picks = [ids[int(i)] for i in rng.integers(len(ids), size=n)]
     return Dataset.from_dict({"prompt": [task_prompt(t) for t in picks], "task_id": picks})
 
 
 def env_reward(
-    completions: Sequence[Any], env_reward: Sequence[float], **kwargs: Any
+    completions: Sequence[Any],
+    env_reward: Sequence[float],
+    stop_reason: Sequence[str] | None = None,
+    log_metric: Callable[[str, float], None] | None = None,
+    **kwargs: Any,
 ) -> list[float]:
-    """GRPO reward function: the episode's env reward that the rollout returned."""
+    """GRPO reward function: the episode's env reward that the rollout returned.
+
+    It also logs the share of each stop reason in the batch (``stop_reason/<word>``) through
+    TRL's ``log_metric``, so the training log says which limit ended the episodes.
+    """
+    if stop_reason is not None and log_metric is not None and len(stop_reason):
+        for word in STOP_REASONS:
+            log_metric(
+                f"stop_reason/{word}", sum(s == word for s in stop_reason) / len(stop_reason)
+            )
     return [float(r) for r in env_reward]
 
 
@@ -91,6 +140,28 @@ def _user_text(obs: str, info: dict[str, Any], show_actions: bool) -> str:
     if show_actions and info.get("admissible_actions"):
         text += "\nActions: " + ", ".join(info["admissible_actions"][:20])
     return text
+
+
+def action_from_reply(text: str) -> str:
+    """The action in a decoded reply: reasoning (``<think>...</think>``) removed, then the first
+    non-empty line, or the whole rest when it is JSON (a tool call may span lines).
+
+    An unclosed ``<think>`` leaves no action (an empty, hence invalid, turn).
+
+    >>> action_from_reply("<think>the key is east</think>\\ngo east\\nthanks")
+    'go east'
+    >>> action_from_reply('{"tool_calls": [\\n {"name": "submit"}]}')
+    '{"tool_calls": [\\n {"name": "submit"}]}'
+    >>> action_from_reply("<think>still thinking")
+    ''
+    """
+    text = _THINK.sub("", text)
+    if "<think>" in text:
+        return ""
+    text = text.strip()
+    if text[:1] in "{[":
+        return text
+    return text.splitlines()[0].strip() if text else ""
 
 
 @dataclass
@@ -105,71 +176,244 @@ class RolloutEpisode:
     won: bool = False
     turns: int = 0
     budget: int = 0
+    task_id: str = ""
+    seed: int = 0
+    stop_reason: str = ""
     actions: list[str] = field(default_factory=list)
-    #: Why the episode ended: the env's ``info["stop_reason"]`` (``won``, ``lost``, ``budget``)
-    #: or a trainer-side reason: ``context`` (the next turn would not fit in
-    #: ``max_completion_length``).
-    stop_reason: str = "context"
+    #: The sampled ids of every reply, in order (``completion_ids`` is these plus env turns).
+    replies: list[list[int]] = field(default_factory=list)
 
 
 class _Dialogue:
     """Renders a dialogue with any chat template, turn by turn, as token ids.
 
     The text between an assistant reply and the next generation (end of turn, user header,
-    observation, assistant header) is read off the template once, by rendering a probe dialogue.
+    observation, assistant header, and whatever the template adds there, such as Qwen3's empty
+    think block with ``enable_thinking=False``) is read off the template once, by rendering a
+    probe dialogue. Only new text is ever encoded: the first user turn for the prompt, then each
+    new observation with its markup; earlier turns are never re-encoded.
     """
 
-    def __init__(self, tokenizer: Any, system_prompt: str | None) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        system_prompt: str | None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self.tok = tokenizer
         self.system_prompt = system_prompt
+        self.kwargs = dict(chat_template_kwargs or {})
         probe = self._messages("U0") + [
             {"role": "assistant", "content": _MARK_A},
             {"role": "user", "content": _MARK_U},
         ]
-        text = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+        text = self._render(probe)
         after = text[text.index(_MARK_A) + len(_MARK_A) :]
         self.before_obs, _, self.after_obs = after.partition(_MARK_U)
         eos = tokenizer.eos_token or ""
-        self.eos_id = tokenizer.eos_token_id
         ends_with_eos = bool(eos) and self.before_obs.startswith(eos)
         self.before_obs_no_eos = self.before_obs[len(eos) :] if ends_with_eos else self.before_obs
+
+    def _render(self, messages: list[dict[str, str]]) -> str:
+        return self.tok.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, **self.kwargs
+        )
 
     def _messages(self, first: str) -> list[dict[str, str]]:
         msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return msgs + [{"role": "user", "content": first}]
 
     def prompt_ids(self, first: str) -> list[int]:
-        text = self.tok.apply_chat_template(
-            self._messages(first), tokenize=False, add_generation_prompt=True
-        )
-        return self.tok.encode(text, add_special_tokens=False)
+        return self.tok.encode(self._render(self._messages(first)), add_special_tokens=False)
 
     def env_ids(self, obs: str, reply_ended: bool) -> list[int]:
         head = self.before_obs_no_eos if reply_ended else self.before_obs
         return self.tok.encode(head + obs + self.after_obs, add_special_tokens=False)
 
 
+class _TokenEpisode:
+    """The token state of one episode, shared by the batched rollout and the eval agent.
+
+    ``take_reply`` appends the sampled ids (mask 1) and returns the action, or None when the
+    episode ends there (the reply did not end within its cap, or filled the token limit);
+    ``take_observation`` appends the env's tokens (mask 0), or ends the episode when the next
+    turn would not fit.
+    """
+
+    def __init__(
+        self,
+        dialogue: _Dialogue,
+        first_user_text: str,
+        limit: int,
+        max_turn_tokens: int,
+        eos_ids: Sequence[int],
+    ) -> None:
+        self.dialogue = dialogue
+        self.limit = int(limit)
+        self.max_turn_tokens = int(max_turn_tokens)
+        self.eos_ids = set(int(e) for e in eos_ids)
+        self.ep = RolloutEpisode(prompt_ids=dialogue.prompt_ids(first_user_text))
+        self.over = False
+
+    def context(self) -> list[int]:
+        return self.ep.prompt_ids + self.ep.completion_ids
+
+    def room(self) -> int:
+        return self.limit - len(self.ep.completion_ids)
+
+    def take_reply(self, ids: Sequence[int], logps: Sequence[float]) -> str | None:
+        ep, room = self.ep, self.room()
+        ids, logps = list(ids)[:room], [float(x) for x in list(logps)[:room]]
+        ep.completion_ids += ids
+        ep.env_mask += [1] * len(ids)
+        ep.logprobs += logps
+        ep.replies.append(ids)
+        if not ids or ids[-1] not in self.eos_ids:
+            self.over = True
+            ep.stop_reason = "max_completion_length" if len(ids) >= room else "max_turn_tokens"
+            return None
+        text = self.dialogue.tok.decode(ids, skip_special_tokens=True)
+        return action_from_reply(text)
+
+    def take_observation(self, user_text: str) -> bool:
+        ep = self.ep
+        env_ids = self.dialogue.env_ids(user_text, reply_ended=True)
+        if len(ep.completion_ids) + len(env_ids) + 1 > self.limit:
+            self.over = True
+            ep.stop_reason = "max_completion_length"
+            return False
+        ep.completion_ids += env_ids
+        ep.env_mask += [0] * len(env_ids)
+        ep.logprobs += [0.0] * len(env_ids)
+        return True
+
+
+# ---------------------------------------------------------------------- generation back ends
+class HFTurnGenerator:
+    """One ``generate`` call of a transformers model for a batch of left-padded contexts.
+
+    ``generation_config`` carries the sampling settings (GRPOConfig's temperature, top_p, top_k,
+    min_p, repetition_penalty and generation_kwargs when built by the trainer); only
+    ``max_new_tokens`` changes per call. Log-probabilities are those of the sampled ids under
+    ``log_softmax(logits / temperature)`` of the raw logits, which is what GRPO's forward pass
+    computes for the same ids.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        generation_config: Any,
+        *,
+        pad_token_id: int,
+        eos_token_ids: Sequence[int],
+        temperature: float = 1.0,
+    ) -> None:
+        self.model = model
+        self.generation_config = generation_config
+        self.pad_token_id = int(pad_token_id)
+        self.eos_token_ids = [int(e) for e in eos_token_ids]
+        self.temperature = float(temperature or 1.0)
+        self.calls = 0
+
+    def generate(
+        self, contexts: Sequence[Sequence[int]], max_new_tokens: int
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        import copy
+
+        import torch
+
+        self.calls += 1
+        device = next(self.model.parameters()).device
+        width = max(len(c) for c in contexts)
+        ids = torch.full((len(contexts), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(contexts), width), dtype=torch.long)
+        for row, ctx in enumerate(contexts):
+            ids[row, width - len(ctx) :] = torch.tensor(list(ctx), dtype=torch.long)
+            mask[row, width - len(ctx) :] = 1
+        config = copy.deepcopy(self.generation_config)
+        config.max_new_tokens = int(max_new_tokens)
+        config.min_new_tokens = None
+        config.max_length = None
+        config.output_logits = True
+        config.return_dict_in_generate = True
+        with torch.no_grad():
+            out = self.model.generate(
+                input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config
+            )
+        new = out.sequences[:, width:].cpu()
+        logits = torch.stack(out.logits, dim=1).float().cpu()  # (B, new, V)
+        logps = torch.log_softmax(logits / self.temperature, dim=-1)
+        chosen = logps.gather(-1, new[:, : logps.shape[1]].unsqueeze(-1)).squeeze(-1)
+        replies, reply_logps = [], []
+        for row in range(new.shape[0]):
+            seq = new[row].tolist()
+            cut = next((i + 1 for i, t in enumerate(seq) if t in self.eos_token_ids), len(seq))
+            replies.append(seq[:cut])
+            reply_logps.append(chosen[row, :cut].tolist())
+        return replies, reply_logps
+
+
+class VLLMTurnGenerator:
+    """Generation through TRL's own vLLM generation object (``trainer.vllm_generation``).
+
+    Every turn sends one context per episode of this rank, finished ones included (a one-token
+    stand-in), because in server mode TRL gathers the prompts of all ranks and slices the answer
+    by rank assuming equal counts. The sampling settings are the ones TRL gave that object; the
+    per-turn token cap is set on it for the call. Log-probabilities are vLLM's (top-1 kept).
+    """
+
+    def __init__(self, vllm_generation: Any, *, filler_id: int) -> None:
+        self.vllm = vllm_generation
+        self.filler_id = int(filler_id)
+        self.calls = 0
+
+    def generate(
+        self, contexts: Sequence[Sequence[int]], max_new_tokens: int
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        self.calls += 1
+        saved = self.vllm.max_completion_length
+        self.vllm.max_completion_length = int(max_new_tokens)
+        try:
+            _, completion_ids, logprobs, _ = self.vllm.generate(
+                prompts=[list(c) for c in contexts], images=None, num_generations=1
+            )
+        finally:
+            self.vllm.max_completion_length = saved
+        logps = [[float(lp[0]) for lp in seq] for seq in logprobs]
+        return [list(c) for c in completion_ids], logps
+
+
+# ---------------------------------------------------------------------- the rollout
 class BudgetMixRollout:
-    """A GRPO ``rollout_func`` that plays multi-turn BudgetMix episodes.
+    """A GRPO ``rollout_func`` that plays multi-turn BudgetMix episodes, batched.
 
     Each prompt (already repeated ``num_generations`` times by GRPO) becomes one episode; a
-    prompt made by :func:`task_prompt` fixes the task, any other prompt gets a task drawn from
-    the seeded generator (the same for every repeat of that prompt in one call). The budget of
-    every episode is drawn by the env's :class:`BudgetWrapper`, so repeats of one task see
-    different budgets. Per turn the model writes one reply (at most ``max_turn_tokens``); its
-    first line is the action; the env's answer is appended as a user turn with ``env_mask`` 0.
-    The episode ends when the env terminates or truncates, or when the next turn would not fit
-    in the trainer's ``max_completion_length``.
+    prompt made by :func:`task_prompt` fixes the task, any other prompt gets a task drawn from a
+    generator seeded by (seed, rank, episode), shared by the repeats of that prompt. Budgets are
+    drawn per episode by the env's :class:`BudgetWrapper`, seeded by (seed, rank, episode), or
+    one per group with ``budget_per="group"``. Each turn, one generation call serves every live
+    episode of the batch; the reply's action is :func:`action_from_reply` of its text (a
+    reasoning block stays in the trained ids but is not played). The env's answer is appended
+    as a user turn with ``env_mask`` 0.
+
+    An episode ends with a ``stop_reason`` of :data:`STOP_REASONS`: the env terminated (``won``
+    or ``lost``) or truncated (``budget``); a reply did not end within ``max_turn_tokens``; or
+    the next turn would not fit in the trainer's ``max_completion_length``.
+
+    Under the trainer, generation runs under TRL's ``unwrap_model_for_generation`` with the
+    trainer's ``generation_config`` (GRPOConfig's sampling settings and generation_kwargs), the
+    prompt is rendered with GRPOConfig's ``chat_template_kwargs``, the sampler is seeded per
+    (seed, rank, step); with ``use_vllm=True`` generation goes through ``trainer.vllm_generation``
+    (:class:`VLLMTurnGenerator`).
 
     Returns ``prompt_ids``, ``completion_ids``, ``logprobs``, ``env_mask`` and, for reward
-    functions, ``env_reward`` (the episode's summed reward), ``won``, ``turns``, ``budget`` and
-    ``stop_reason`` (``won``, ``lost``, ``budget``, or ``context`` when the completion length ran
-    out first).
+    functions, ``env_reward`` (the episode's summed reward), ``won``, ``turns``, ``budget``,
+    ``task_id`` and ``stop_reason``.
 
     Example:
         Needs a model and a trainer, so this one is not run as a test::
 
-            rollout = BudgetMixRollout("BudgetMix/WebShop-v0", budget=(4, 12))
+            rollout = BudgetMixRollout("BudgetMix/ToolUse-v0", budget=(4, 12))
             trainer = GRPOTrainer(model, reward_funcs=env_reward, rollout_func=rollout, ...)
     """
 
@@ -184,57 +428,127 @@ class BudgetMixRollout:
         system_prompt: str | None = SYSTEM_PROMPT,
         show_actions: bool = True,
         max_turn_tokens: int = 24,
+        budget_per: str = "episode",
         seed: int = 0,
         env_kwargs: dict[str, Any] | None = None,
     ) -> None:
         """Build the env (an id with wrapper options, or a ready env) and the task generator.
 
         Args:
-            env: a BudgetMix id, or an env already wrapped in a BudgetWrapper.
+            env: a BudgetMix id, or an env already wrapped in a BudgetWrapper (the batch plays
+                on copies made with :func:`make_env_like`).
             budget, visibility, faults: the wrapper options of ``gymnasium.make`` (with an id).
             process_reward: scale of the :class:`ProcessReward` signal added to the reward.
             system_prompt: the system message (None for none).
             show_actions: list the admissible actions under each observation.
             max_turn_tokens: the longest reply of one turn, in tokens.
-            seed: seeds the first reset (task draws and the budget stream).
+            budget_per: ``"episode"`` (a budget draw per episode) or ``"group"`` (one per
+                prompt group, shared by its repeats).
+            seed: seeds every task, budget and sampler draw (with the rank and episode/step).
             env_kwargs: extra constructor kwargs of the env (with an id).
         """
         if isinstance(max_turn_tokens, bool) or not isinstance(max_turn_tokens, int):
             raise TypeError(f"max_turn_tokens must be an int, got {max_turn_tokens!r}")
         if max_turn_tokens < 1:
             raise ValueError(f"max_turn_tokens must be at least 1, got {max_turn_tokens!r}")
+        if budget_per not in ("episode", "group"):
+            raise ValueError(f"budget_per must be 'episode' or 'group', got {budget_per!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
         if isinstance(env, str):
-            env = make_env(
-                env,
+            env_id = env
+            self._make = lambda: make_env(
+                env_id,
                 budget=budget,
                 visibility=visibility,
                 faults=faults,
                 process_reward=process_reward,
                 **(env_kwargs or {}),
             )
-        elif not isinstance(env, gym.Env):
+            env = self._make()
+        elif isinstance(env, gym.Env):
+            template = env
+            self._make = lambda: make_env_like(template)
+        else:
             raise TypeError(f"env must be an env id or a gymnasium.Env, got {env!r}")
         self.env = env
+        self._pool: list[gym.Env] = [env]
         self.system_prompt = system_prompt
         self.show_actions = bool(show_actions)
         self.max_turn_tokens = int(max_turn_tokens)
+        self.budget_per = budget_per
         self.seed = int(seed)
-        self.rng = np.random.default_rng(seed)
-        self._seeded = False
+        self._episodes = 0  # episodes started on this rank: the episode index of the seeds
+        self._calls: dict[int, int] = {}  # rollout calls per trainer step (sampler seeds)
         self._dialogue: _Dialogue | None = None
         self.last_episodes: list[RolloutEpisode] = []
+        self.last_generation_calls = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The settings a policy needs to play as it was trained (see ``PolicyAgent``)."""
+        return {
+            "system_prompt": self.system_prompt,
+            "show_actions": self.show_actions,
+            "max_turn_tokens": self.max_turn_tokens,
+        }
 
     # ------------------------------------------------------------------ GRPO entry point
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list]:
         _require()
+        import torch
+        from trl.models.utils import unwrap_model_for_generation
+
         tokenizer = trainer.processing_class
-        model = trainer.accelerator.unwrap_model(trainer.model)
+        tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor's tokenizer
         args = trainer.args
-        limit = int(getattr(args, "max_completion_length", 256) or 256)
-        temperature = float(getattr(args, "temperature", 1.0) or 1.0)
-        episodes = self.play(
-            prompts, model, tokenizer, max_completion_length=limit, temperature=temperature
-        )
+        rank = int(trainer.accelerator.process_index)
+        step = int(trainer.state.global_step)
+        call = self._calls.get(step, 0)
+        self._calls = {step: call + 1}
+        limit = int(trainer.max_completion_length)
+        kwargs = dict(getattr(trainer, "chat_template_kwargs", None) or {})
+        training = trainer.model.training
+        group = trainer.num_generations if training else trainer.num_generations_eval
+        group = int(group or 1)
+        sampler_seed = _seed(self.seed, rank, step, call, 1)
+        eos_ids = list(trainer.eos_token_ids)
+        if trainer.use_vllm:
+            gen = VLLMTurnGenerator(trainer.vllm_generation, filler_id=eos_ids[0])
+            return self._as_output(
+                self._play_all(prompts, gen, tokenizer, limit, kwargs, rank, group, eos_ids, True)
+            )
+        device = trainer.accelerator.device
+        devices = [device] if device.type == "cuda" else []
+        with (
+            torch.random.fork_rng(devices=devices),
+            unwrap_model_for_generation(
+                trainer.model_wrapped,
+                trainer.accelerator,
+                gather_deepspeed3_params=args.ds3_gather_for_generation,
+                generation_kwargs=trainer.generation_kwargs,
+                gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs,
+            ) as model,
+        ):
+            torch.manual_seed(sampler_seed)
+            gen = HFTurnGenerator(
+                model,
+                trainer.generation_config,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_ids=eos_ids,
+                temperature=trainer.temperature,
+            )
+            was_training = model.training
+            model.eval()  # no dropout while sampling, so the log-probs match the sampler
+            try:
+                episodes = self._play_all(
+                    prompts, gen, tokenizer, limit, kwargs, rank, group, eos_ids, False
+                )
+            finally:
+                model.train(was_training)
+        return self._as_output(episodes)
+
+    @staticmethod
+    def _as_output(episodes: list[RolloutEpisode]) -> dict[str, list]:
         return {
             "prompt_ids": [e.prompt_ids for e in episodes],
             "completion_ids": [e.completion_ids for e in episodes],
@@ -244,6 +558,7 @@ class BudgetMixRollout:
             "won": [e.won for e in episodes],
             "turns": [e.turns for e in episodes],
             "budget": [e.budget for e in episodes],
+            "task_id": [e.task_id for e in episodes],
             "stop_reason": [e.stop_reason for e in episodes],
         }
 
@@ -254,124 +569,214 @@ class BudgetMixRollout:
         tokenizer: Any,
         *,
         max_completion_length: int = 256,
-        temperature: float = 1.0,
+        generation_config: Any = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        sampler_seed: int | None = None,
+        rank: int = 0,
     ) -> list[RolloutEpisode]:
-        """Play one episode per prompt with ``model``; exactly ``len(prompts)`` episodes."""
+        """Play one episode per prompt with ``model``, outside a trainer; ``len(prompts)``
+        episodes, batched like the trainer path (repeats of one prompt form a group).
+
+        ``generation_config`` defaults to sampling at temperature 1 with no top-k/top-p
+        filtering; ``sampler_seed`` (default: from the seed and the episode counter) seeds it.
+        """
         _require()
-        if self._dialogue is None or self._dialogue.tok is not tokenizer:
-            self._dialogue = _Dialogue(tokenizer, self.system_prompt)
-        drawn: dict[str, str] = {}
-        episodes = []
-        was_training = model.training
-        model.eval()  # no dropout while sampling, so the log-probs match the sampler
-        try:
-            for prompt in prompts:
-                key = prompt if isinstance(prompt, str) else repr(prompt)
-                task_id = self._task_for(key, drawn)
-                episodes.append(
-                    self._episode(task_id, model, tokenizer, max_completion_length, temperature)
+        import torch
+        from transformers import GenerationConfig
+
+        eos = tokenizer.eos_token_id
+        eos_ids = [eos] if isinstance(eos, int) else list(eos)
+        if generation_config is None:
+            generation_config = GenerationConfig(
+                do_sample=True, temperature=1.0, top_k=0, top_p=1.0, pad_token_id=None
+            )
+        generation_config.pad_token_id = tokenizer.pad_token_id
+        generation_config.eos_token_id = eos_ids
+        seed = _seed(self.seed, rank, self._episodes, 2) if sampler_seed is None else sampler_seed
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(seed))
+            gen = HFTurnGenerator(
+                model,
+                generation_config,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_ids=eos_ids,
+                temperature=generation_config.temperature or 1.0,
+            )
+            was_training = model.training
+            model.eval()
+            try:
+                return self._play_all(
+                    prompts,
+                    gen,
+                    tokenizer,
+                    int(max_completion_length),
+                    dict(chat_template_kwargs or {}),
+                    rank,
+                    0,
+                    eos_ids,
+                    False,
                 )
-        finally:
-            model.train(was_training)
-        self.last_episodes = episodes
-        return episodes
+            finally:
+                model.train(was_training)
 
     # ------------------------------------------------------------------ internals
-    def _task_for(self, prompt: str, drawn: dict[str, str]) -> str:
-        match = _TASK_TAG.search(prompt)
+    def _groups(self, prompts: Sequence[Any], group: int) -> list[int]:
+        """The group index of each prompt: blocks of ``group`` (the trainer's num_generations),
+        or runs of equal prompts when ``group`` is 0."""
+        if group > 0:
+            return [i // group for i in range(len(prompts))]
+        out, last, g = [], object(), -1
+        for p in prompts:
+            key = p if isinstance(p, str) else repr(p)
+            if key != last:
+                g, last = g + 1, key
+            out.append(g)
+        return out
+
+    def _task_for(self, prompt: Any, draw_seed: int) -> str:
+        text = prompt if isinstance(prompt, str) else json.dumps(prompt, default=str)
+        match = _TASK_TAG.search(text)
         if match:
             return match.group(1)
-        if prompt not in drawn:
-            ids = self.env.unwrapped.task_ids
-            drawn[prompt] = ids[int(self.rng.integers(len(ids)))]
-        return drawn[prompt]
+        ids = self.env.unwrapped.task_ids
+        return ids[int(np.random.default_rng(draw_seed).integers(len(ids)))]
 
-    def _reset(self, task_id: str) -> tuple[str, dict[str, Any]]:
-        options = {"task_id": task_id}
-        if not self._seeded:
-            self._seeded = True
-            return self.env.reset(seed=self.seed, options=options)
-        # No seed: the BudgetWrapper keeps drawing from its stream, so budgets vary per episode.
-        return self.env.reset(options=options)
+    def _envs(self, n: int) -> list[gym.Env]:
+        while len(self._pool) < n:
+            self._pool.append(self._make())
+        return self._pool[:n]
 
-    def _episode(self, task_id, model, tokenizer, limit, temperature) -> RolloutEpisode:
+    def _play_all(
+        self,
+        prompts: Sequence[Any],
+        gen: Any,
+        tokenizer: Any,
+        limit: int,
+        template_kwargs: dict[str, Any],
+        rank: int,
+        group: int,
+        eos_ids: Sequence[int],
+        lockstep: bool,
+    ) -> list[RolloutEpisode]:
+        if limit < 2:
+            raise ValueError(f"max_completion_length must be at least 2, got {limit!r}")
+        if (
+            self._dialogue is None
+            or self._dialogue.tok is not tokenizer
+            or self._dialogue.kwargs != template_kwargs
+        ):
+            self._dialogue = _Dialogue(tokenizer, self.system_prompt, template_kwargs)
+        dialogue = self._dialogue
+        envs = self._envs(len(prompts))
+        groups = self._groups(prompts, group)
+        first_of: dict[int, int] = {}
+        group_budget: dict[int, int] = {}
+        states: list[_TokenEpisode] = []
+        for i, (prompt, env) in enumerate(zip(prompts, envs)):
+            index = self._episodes
+            self._episodes += 1
+            g = groups[i]
+            first = first_of.setdefault(g, index)
+            task_id = self._task_for(prompt, _seed(self.seed, rank, first, 3))
+            seed = _seed(self.seed, rank, index, 0)
+            options: dict[str, Any] = {"task_id": task_id}
+            if self.budget_per == "group" and g in group_budget:
+                options["budget"] = group_budget[g]
+            with contextlib.suppress(AttributeError):
+                # A budget schedule follows this rank's episode count, not one env's.
+                env.set_wrapper_attr("episodes", index)
+            obs, info = env.reset(seed=seed, options=options)
+            budget = int(info.get("budget", {}).get("limit", 0))
+            group_budget.setdefault(g, budget)
+            st = _TokenEpisode(
+                dialogue,
+                _user_text(obs, info, self.show_actions),
+                limit,
+                self.max_turn_tokens,
+                eos_ids,
+            )
+            st.ep.budget, st.ep.task_id, st.ep.seed = budget, task_id, seed
+            states.append(st)
+        calls_before = gen.calls
+        while True:
+            live = [i for i, st in enumerate(states) if not st.over]
+            if lockstep and not self._any_rank_live(bool(live)):
+                break
+            if not lockstep and not live:
+                break
+            if lockstep:
+                # The same cap on every rank (the server applies one); rooms clip per episode.
+                new_tokens = (
+                    self.max_turn_tokens
+                )  # every episode of this rank takes part (see VLLMTurnGenerator)
+                contexts = [st.context() if not st.over else [gen.filler_id] for st in states]
+                replies, logps = gen.generate(contexts, new_tokens)
+                replies, logps = [replies[i] for i in live], [logps[i] for i in live]
+            else:
+                rooms = [states[i].room() for i in live]
+                new_tokens = min(self.max_turn_tokens, max(rooms))
+                replies, logps = gen.generate([states[i].context() for i in live], new_tokens)
+            for i, reply, lp in zip(live, replies, logps):
+                st, env = states[i], envs[i]
+                action = st.take_reply(reply, lp)
+                if action is None:
+                    continue
+                obs, reward, terminated, truncated, info = env.step(action)
+                st.ep.actions.append(action)
+                st.ep.reward += float(reward)
+                st.ep.turns += 1
+                if terminated or truncated:
+                    st.over = True
+                    st.ep.won = bool(info.get("won", False))
+                    fallback = ("won" if st.ep.won else "lost") if terminated else "budget"
+                    st.ep.stop_reason = str(info.get("stop_reason") or fallback)
+                    continue
+                st.take_observation(_user_text(obs, info, self.show_actions))
+        episodes = [st.ep for st in states]
+        self.last_episodes = episodes
+        self.last_generation_calls = gen.calls - calls_before
+        if logger.isEnabledFor(logging.INFO):
+            counts = {w: sum(e.stop_reason == w for e in episodes) for w in STOP_REASONS}
+            logger.info("rollout: %d episodes, stop reasons %s", len(episodes), counts)
+        return episodes
+
+    @staticmethod
+    def _any_rank_live(mine: bool) -> bool:
+        """Whether any rank still has a live episode (vLLM server mode gathers every turn)."""
+        try:
+            import torch.distributed as dist
+        except ImportError:  # pragma: no cover - torch is required by the extra
+            return mine
+        if not (dist.is_available() and dist.is_initialized()):
+            return mine
         import torch
 
-        dialogue = self._dialogue
-        obs, info = self._reset(task_id)
-        ep = RolloutEpisode(
-            prompt_ids=dialogue.prompt_ids(_user_text(obs, info, self.show_actions)),
-            budget=int(info.get("budget", {}).get("limit", 0)),
-        )
-        device = next(model.parameters()).device
-        context = list(ep.prompt_ids)
-        while True:
-            room = limit - len(ep.completion_ids)
-            if room < 2:
-                break
-            new_tokens = min(self.max_turn_tokens, room)
-            with torch.no_grad():
-                out = model.generate(
-                    input_ids=torch.tensor([context], device=device),
-                    attention_mask=torch.ones((1, len(context)), dtype=torch.long, device=device),
-                    max_new_tokens=new_tokens,
-                    do_sample=True,
-                    temperature=temperature,
-                    top_k=0,
-                    top_p=1.0,
-                    output_logits=True,
-                    return_dict_in_generate=True,
-                    pad_token_id=tokenizer.pad_token_id,
-                    eos_token_id=tokenizer.eos_token_id,
-                )
-            reply = out.sequences[0, len(context) :].tolist()
-            # Generation stops at EOS; anything after it would be padding.
-            if tokenizer.eos_token_id in reply:
-                reply = reply[: reply.index(tokenizer.eos_token_id) + 1]
-            logps = [
-                float(torch.log_softmax(logits[0].float() / temperature, dim=-1)[tok])
-                for logits, tok in zip(out.logits, reply)
-            ]
-            ep.completion_ids += reply
-            ep.env_mask += [1] * len(reply)
-            ep.logprobs += logps
-            context += reply
-            text = tokenizer.decode(reply, skip_special_tokens=True).strip()
-            action = text.splitlines()[0].strip() if text else ""
-            obs, reward, terminated, truncated, info = self.env.step(action)
-            ep.actions.append(action)
-            ep.reward += float(reward)
-            ep.turns += 1
-            if terminated or truncated:
-                ep.won = bool(info.get("won", False))
-                ep.stop_reason = info.get("stop_reason") or ("budget" if truncated else "lost")
-                break
-            env_ids = dialogue.env_ids(
-                _user_text(obs, info, self.show_actions),
-                reply_ended=bool(reply) and reply[-1] == tokenizer.eos_token_id,
-            )
-            if len(ep.completion_ids) + len(env_ids) + 2 > limit:
-                break  # the next turn would not fit: stop here, like a token-budget truncation
-            ep.completion_ids += env_ids
-            ep.env_mask += [0] * len(env_ids)
-            ep.logprobs += [0.0] * len(env_ids)
-            context += env_ids
-        return ep
+        flag = torch.tensor([1 if mine else 0])
+        if dist.get_backend() == "nccl":
+            flag = flag.cuda()
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
 
 
 def oracle_examples(
-    rollout: BudgetMixRollout, tokenizer: Any, n_episodes: int = 16, seed: int = 0
+    rollout: BudgetMixRollout,
+    tokenizer: Any,
+    n_episodes: int = 16,
+    seed: int = 0,
+    *,
+    task_ids: Sequence[str] | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> list[tuple[list[int], list[int]]]:
     """Token ids and loss masks of oracle episodes, rendered exactly as the rollout renders them.
 
     For a warm start (:func:`budget_envs.integrations.tiny_model.warm_start`): the mask is 1 on
-    the agent's tokens only.
+    the agent's tokens only. Tasks are drawn from ``task_ids`` (default: every task).
     """
     _require()
-    dialogue = _Dialogue(tokenizer, rollout.system_prompt)
+    dialogue = _Dialogue(tokenizer, rollout.system_prompt, chat_template_kwargs)
     env = make_env_like(rollout.env)
     base = env.unwrapped
-    ids = list(base.task_ids)
+    ids = list(base.task_ids if task_ids is None else task_ids)
     rng = np.random.default_rng(seed)
     out = []
     eos = tokenizer.eos_token_id
@@ -396,17 +801,24 @@ def oracle_examples(
     return out
 
 
+# ---------------------------------------------------------------------- environment_factory
 class BudgetMixToolEnv:
     """An ``environment_factory`` class for ``GRPOTrainer``: the env's actions as tools.
 
-    TRL builds one instance per rollout, calls ``reset(**row)`` with the dataset row (a
-    ``task_id`` column picks the task) and exposes :meth:`act` as a tool (for an env with an
-    OpenAI tools schema, one method per tool instead, see :meth:`factory`). Every call is one turn
-    of the budget; the call that uses the last turn, and any call after it, raises
-    :class:`BudgetExhausted` with the observation, so the model learns the budget ran out.
-    :meth:`get_reward` gives the episode's summed reward.
+    TRL builds instances as it needs them and pools them across batches, calling
+    ``reset(**row)`` with the dataset row (each row repeated ``num_generations`` times). The
+    generations of one row play one task: the row's ``task_id`` when it has one, else a task
+    drawn from the row's content and the seed. Budgets are drawn per episode (a seed per
+    instance, from an instance counter and the rank, and per reset), or one per row with
+    ``budget_per="group"``. :meth:`act` is the tool (for an env with an OpenAI tools schema,
+    one method per tool instead, see :meth:`factory`).
 
-    Subclass with the env's options fixed, or use :meth:`factory`::
+    One tool call is one turn of the budget, the same definition as in evaluation (where the
+    tool-use env takes exactly one tool call per message). The call that uses the last turn, and
+    any call after it, raises :class:`BudgetExhausted` with the observation, so the model learns
+    the budget ran out. :meth:`get_reward` gives the episode's summed reward.
+
+    Use :meth:`factory`::
 
         GRPOTrainer(..., environment_factory=BudgetMixToolEnv.factory(
             "BudgetMix/WebShop-v0", budget=(5, 20), visibility="remaining"))
@@ -414,33 +826,59 @@ class BudgetMixToolEnv:
 
     env_id: str = ""
     env_options: dict[str, Any] = {}
+    seed: int = 0
+    rank: int | None = None
+    budget_per: str = "episode"
+    _counter: Iterator[int] = itertools.count()
 
     def __init__(self) -> None:
         if not self.env_id:
             raise TypeError(
                 "BudgetMixToolEnv needs an env id: use BudgetMixToolEnv.factory(env_id, ...)"
             )
-        opts = dict(self.env_options)
-        self._seed = int(opts.pop("seed", 0))
-        self.env = make_env(self.env_id, **opts)
+        rank = self.rank if self.rank is not None else int(os.environ.get("RANK", "0") or 0)
+        self.instance = next(type(self)._counter)
+        self._seed = _seed(self.seed, rank, self.instance, 4)
+        self.env = make_env(self.env_id, **self.env_options)
         self.reward = 0.0
         self.over: str | None = None
-        self._resets = 0
+        self.resets = 0
+        self.task_id: str | None = None
+        self.budget = 0
 
     @classmethod
     def factory(
-        cls, env_id: str, *, seed: int = 0, **options: Any
+        cls,
+        env_id: str,
+        *,
+        seed: int = 0,
+        rank: int | None = None,
+        budget_per: str = "episode",
+        **options: Any,
     ) -> Callable[[], BudgetMixToolEnv]:
         """A zero-argument callable building instances for ``env_id`` (options as in make_env).
 
+        ``seed`` and the rank (default: the ``RANK`` environment variable that torchrun and
+        accelerate set, else 0) seed the task and budget draws with an instance counter.
         When the env publishes an OpenAI tools schema (``info["tools"]``, the tool-use family),
         every tool becomes a method of its own (its call is sent as the env's JSON tool call)
         instead of the generic :meth:`act`.
         """
         if not isinstance(env_id, str) or not env_id:
             raise TypeError(f"env_id must be a non-empty str, got {env_id!r}")
+        if budget_per not in ("episode", "group"):
+            raise ValueError(f"budget_per must be 'episode' or 'group', got {budget_per!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
         name = "BudgetMixToolEnv_" + re.sub(r"\W", "_", env_id)
-        attrs: dict[str, Any] = {"env_id": env_id, "env_options": {**options, "seed": seed}}
+        attrs: dict[str, Any] = {
+            "env_id": env_id,
+            "env_options": dict(options),
+            "seed": seed,
+            "rank": rank,
+            "budget_per": budget_per,
+            "_counter": itertools.count(),
+        }
         probe = make_env(env_id, **options)
         try:
             _, info = probe.reset(seed=seed)
@@ -458,12 +896,30 @@ class BudgetMixToolEnv:
                 attrs[fn["name"]] = _schema_method(fn)
         return type(name, (cls,), attrs)
 
+    @staticmethod
+    def _row_key(row: dict[str, Any]) -> int:
+        """A stable hash of a dataset row (the same in every process)."""
+        text = json.dumps(row, sort_keys=True, default=str)
+        return zlib.crc32(text.encode("utf-8"))
+
     def reset(self, **row: Any) -> str:
-        """Start an episode (on ``row["task_id"]`` when given); returns the first observation."""
-        options = {"task_id": row["task_id"]} if row.get("task_id") is not None else None
-        seed = self._seed if self._resets == 0 else None
-        self._resets += 1
-        obs, info = self.env.reset(seed=seed, options=options)
+        """Start an episode on the row's task; returns the first observation."""
+        key = self._row_key(row)
+        if row.get("task_id") is not None:
+            task_id = str(row["task_id"])
+        else:
+            ids = self.env.unwrapped.task_ids
+            task_id = ids[int(np.random.default_rng([self.seed, key]).integers(len(ids)))]
+        options: dict[str, Any] = {"task_id": task_id}
+        if self.budget_per == "group":
+            # The row's repeats sit on instances with the same reset count in one batch.
+            spec = self.env.get_wrapper_attr("budget_spec")
+            rng = np.random.default_rng([self.seed, key, self.resets])
+            options["budget"] = int(spec.sample(rng, self.resets))
+        obs, info = self.env.reset(seed=_seed(self._seed, self.resets), options=options)
+        self.resets += 1
+        self.task_id = task_id
+        self.budget = int(info.get("budget", {}).get("limit", 0))
         self.reward = 0.0
         self.over = None
         return "\n" + _user_text(obs, info, True)
@@ -490,7 +946,7 @@ class BudgetMixToolEnv:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.reward += float(reward)
         if terminated:
-            self.over = info.get("stop_reason") or ("won" if info.get("won") else "lost")
+            self.over = str(info.get("stop_reason") or ("won" if info.get("won") else "lost"))
             return obs
         if truncated:
             self.over = "budget"
@@ -500,6 +956,11 @@ class BudgetMixToolEnv:
                 f"the episode ends unsolved. Last observation: {obs}"
             )
         return _user_text(obs, info, True)
+
+    @property
+    def stop_reason(self) -> str | None:
+        """``won``, ``lost`` or ``budget`` once the episode is over, else None."""
+        return self.over
 
     def get_reward(self) -> float:
         """The episode's summed reward (with ProcessReward when configured)."""
@@ -546,3 +1007,34 @@ def _schema_method(fn: dict[str, Any]) -> Callable[..., str]:
         + "\n\nReturns:\n    The tool's JSON result."
     )
     return method
+
+
+def train(
+    env_id: str,
+    *,
+    budget: Any = DEFAULT_BUDGET,
+    visibility: str = "hidden",
+    env_kwargs: dict[str, Any] | None = None,
+    seed: int = 0,
+    out_dir: str | os.PathLike[str],
+    iterations: int = 20,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """Train a policy on ``env_id`` with GRPO through :class:`BudgetMixRollout`.
+
+    See :func:`budget_envs.integrations.trl_train.train` for the options and the metrics.
+    """
+    from budget_envs.integrations.trl_train import train as _train
+
+    return _train(
+        env_id,
+        budget=budget,
+        visibility=visibility,
+        env_kwargs=env_kwargs,
+        seed=seed,
+        out_dir=out_dir,
+        iterations=iterations,
+        progress=progress,
+        **options,
+    )
