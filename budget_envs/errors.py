@@ -29,6 +29,7 @@ __all__ = [
     "GenerationError",
     "GenerationTimeout",
     "RayUnavailable",
+    "RecordsWriteError",
     "ShopHTTPError",
     "TaskGenerationError",
     "ToolError",
@@ -120,3 +121,11 @@ class DerivationError(BudgetEnvsError, ValueError):
 
 class RayUnavailable(BudgetEnvsError, ConnectionError):
     """The Ray back end cannot reach the cluster it was pointed at."""
+
+
+class RecordsWriteError(BudgetEnvsError, OSError):
+    """The run's records file cannot grow (a full disk, a file-size limit, a lost mount).
+
+    The torn part of the line being written has been cut off, so every record in the file is
+    whole; the message says how many this run wrote and how to finish it (``--resume``).
+    """

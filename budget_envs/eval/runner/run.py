@@ -6,14 +6,20 @@ import json
 import math
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from budget_envs.eval.runner.local import iter_process
 from budget_envs.eval.runner.plan import EvalPlan, plan_jobs, select_tasks
 from budget_envs.eval.runner.ray_backend import connect, iter_ray
-from budget_envs.eval.runner.records import CONFIG_FILE, RECORDS_FILE, drop_torn_tail, load_records
+from budget_envs.eval.runner.records import (
+    CONFIG_FILE,
+    RECORDS_FILE,
+    RecordsWriter,
+    drop_torn_tail,
+    load_records,
+)
 from budget_envs.eval.runner.worker import run_jobs
 
 __all__ = ["RunResult", "run_plan"]
@@ -88,12 +94,17 @@ def run_plan(
     else:
         stream = run_jobs(jobs, plan.agents, plan.env_kwargs)
     ran = errors = 0
-    with open(records_path, "a", encoding="utf-8") as fh:
-        for record in stream:
-            fh.write(json.dumps(asdict(record)) + "\n")
-            fh.flush()
-            ran += 1
-            errors += bool(record.error)
-            if on_record is not None:
-                on_record(record)
+    with RecordsWriter(records_path) as out:
+        try:
+            for record in stream:
+                out.write(record)
+                ran += 1
+                errors += bool(record.error)
+                if on_record is not None:
+                    on_record(record)
+        finally:
+            # Stop the back end now (a full disk, Ctrl-C): no worker runs on for nothing.
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
     return RunResult(run_dir=run_dir, total=len(all_jobs), skipped=skipped, ran=ran, errors=errors)
