@@ -20,8 +20,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from budget_envs.eval.runner.plan import EpisodeJob, ProbeJob
-from budget_envs.eval.runner.records import EpisodeRecord, ProbeRecord
+from budget_envs.eval.runner.records import error_record
 from budget_envs.eval.runner.worker import (
     Worker,
     chunks,
@@ -81,46 +80,6 @@ def _pool_chunk(chunk: list[Any], env_kwargs: Mapping[str, Any]) -> list[Any]:
     if _PROCESS_WORKER is None:
         raise RuntimeError("worker process was not initialized (_pool_init)")
     return [run_one(_PROCESS_WORKER, job, env_kwargs) for job in chunk]
-
-
-def error_record(job: EpisodeJob | ProbeJob, message: str) -> EpisodeRecord | ProbeRecord:
-    """The record of a job that could not run to its end (``--resume`` runs it again)."""
-    if isinstance(job, ProbeJob):
-        return ProbeRecord(
-            env_id=job.env_id,
-            task_id=job.task_id,
-            task_index=job.task_index,
-            seed=job.seed,
-            agent=job.agent,
-            prefix_turns=job.prefix_turns,
-            action=None,
-            correct=None,
-            progress=None,
-            cost_before=None,
-            wall_time=0.0,
-            error=message,
-            key=job.key,
-        )
-    return EpisodeRecord(
-        env_id=job.env_id,
-        task_id=job.task_id,
-        task_index=job.task_index,
-        sample=job.sample,
-        seed=job.seed,
-        budget=job.budget,
-        visibility=job.visibility,
-        agent=job.agent,
-        fault_turn=job.fault_turn,
-        fault_kinds=None if job.fault_kinds is None else list(job.fault_kinds),
-        turns=0,
-        won=False,
-        first_success_turn=None,
-        faults=[],
-        oracle_agreement=None,
-        wall_time=0.0,
-        error=message,
-        key=job.key,
-    )
 
 
 def _end_workers(pool: Any) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from budget_envs.errors import RecordsWriteError
+from budget_envs.eval.runner.plan import EpisodeJob, ProbeJob
 
 __all__ = [
     "CONFIG_FILE",
@@ -25,6 +26,7 @@ __all__ = [
     "EpisodeRecord",
     "ProbeRecord",
     "RecordsWriter",
+    "error_record",
     "load_records",
 ]
 
@@ -79,6 +81,46 @@ class ProbeRecord:
     error: str | None = None
     key: str = ""
     record: str = "probe"
+
+
+def error_record(job: EpisodeJob | ProbeJob, message: str) -> EpisodeRecord | ProbeRecord:
+    """The record of a job that could not run to its end (``--resume`` runs it again)."""
+    if isinstance(job, ProbeJob):
+        return ProbeRecord(
+            env_id=job.env_id,
+            task_id=job.task_id,
+            task_index=job.task_index,
+            seed=job.seed,
+            agent=job.agent,
+            prefix_turns=job.prefix_turns,
+            action=None,
+            correct=None,
+            progress=None,
+            cost_before=None,
+            wall_time=0.0,
+            error=message,
+            key=job.key,
+        )
+    return EpisodeRecord(
+        env_id=job.env_id,
+        task_id=job.task_id,
+        task_index=job.task_index,
+        sample=job.sample,
+        seed=job.seed,
+        budget=job.budget,
+        visibility=job.visibility,
+        agent=job.agent,
+        fault_turn=job.fault_turn,
+        fault_kinds=None if job.fault_kinds is None else list(job.fault_kinds),
+        turns=0,
+        won=False,
+        first_success_turn=None,
+        faults=[],
+        oracle_agreement=None,
+        wall_time=0.0,
+        error=message,
+        key=job.key,
+    )
 
 
 def load_records(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -44,6 +44,7 @@ def run_plan(
     ray: str | None = None,
     resume: bool = False,
     chunk: int | None = None,
+    start_method: str | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_record: Callable[[Any], None] | None = None,
 ) -> RunResult:
@@ -53,6 +54,8 @@ def run_plan(
         workers: local processes (1 = in this process).
         ray: ``"auto"``, ``"local"`` or a cluster address to fan out as Ray tasks (an already
             initialized Ray is used as is).
+        start_method: how local workers start, ``"fork"`` (the default where it exists) or
+            ``"spawn"``; the records are the same either way.
         resume: skip episodes already recorded without error; otherwise an existing non-empty
             record file is an error (no silent overwrite, no silent mixing).
         on_start(total, skipped) and on_record(record): progress hooks (the CLI's progress bar).
@@ -90,7 +93,9 @@ def run_plan(
     if ray is not None:
         stream = iter_ray(jobs, plan.agents, plan.env_kwargs, ray, chunk)
     elif workers > 1:
-        stream = iter_process(jobs, plan.agents, plan.env_kwargs, workers, chunk)
+        stream = iter_process(
+            jobs, plan.agents, plan.env_kwargs, workers, chunk, start_method=start_method
+        )
     else:
         stream = run_jobs(jobs, plan.agents, plan.env_kwargs)
     ran = errors = 0
