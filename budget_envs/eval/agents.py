@@ -173,6 +173,30 @@ def system_prompt(env_id: str, info: Mapping[str, Any], prompts: Mapping[str, st
     return entry.chat_prompt(info) or default
 
 
+def _reply_message(data: Any) -> dict[str, Any]:
+    """The assistant message of a chat completion, or :class:`AgentError` naming what is wrong
+    with a reply of the wrong shape (an endpoint answering garbage ends the episode as an error,
+    never as an exception from deep inside the agent)."""
+    try:
+        message = data["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        message = None
+    problem = None
+    if not isinstance(message, dict):
+        problem = "no choices[0].message object"
+    elif not isinstance(message.get("content"), (str, type(None))):
+        problem = "message content is not text"
+    elif not isinstance(message.get("tool_calls"), (list, type(None))) or not all(
+        isinstance(c, dict) and isinstance(c.get("function", {}), dict)
+        for c in message.get("tool_calls") or []
+    ):
+        problem = "tool_calls is not a list of call objects"
+    if problem is not None:
+        text = json.dumps(data, default=repr)
+        raise AgentError(f"malformed chat completion ({problem}): {text[:300]}")
+    return message
+
+
 @dataclass
 class _Usage:
     prompt_tokens: int = 0
@@ -359,13 +383,12 @@ class ChatAgent:
             payload["tools"] = list(self._tool_schema)
         data = self._post(payload)
         self._usage.requests += 1
-        usage = data.get("usage") or {}
-        self._usage.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-        self._usage.completion_tokens += int(usage.get("completion_tokens") or 0)
-        try:
-            message = data["choices"][0]["message"]
-        except (KeyError, IndexError, TypeError):
-            raise AgentError(f"malformed chat completion: {json.dumps(data)[:300]}") from None
+        message = _reply_message(data)
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        for key in ("prompt_tokens", "completion_tokens"):
+            value = usage.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                setattr(self._usage, key, getattr(self._usage, key) + value)
         calls = message.get("tool_calls") or []
         if calls:
             parsed = []
