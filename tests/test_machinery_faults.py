@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -376,3 +377,92 @@ def test_external_shop_server_killed_mid_episode_is_an_error_record_and_resume_f
     finally:
         server.kill()
         server.wait()
+
+
+# ---------------------------------------------------------------------- a chat endpoint's garbage
+class _GarbageEndpoint:
+    """A real chat-completions endpoint on 127.0.0.1 answering ``body`` to every request
+    (``body`` can be swapped while it runs)."""
+
+    def __init__(self, body: bytes):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.body = body
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(endpoint.body)))
+                self.end_headers()
+                self.wfile.write(endpoint.body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _reply(content, **extra) -> bytes:
+    return json.dumps(
+        {"choices": [{"message": {"role": "assistant", **content}}], **extra}
+    ).encode()
+
+
+GARBAGE = {
+    "not-json": b"<html>502 Bad Gateway</html>",
+    "empty": b"",
+    "bytes": b"\xff\xfe\x00garbage",
+    "a-list": b"[1, 2, 3]",
+    "choices-text": b'{"choices": "many"}',
+    "no-choices": b'{"choices": []}',
+    "message-text": b'{"choices": [{"message": "look"}]}',
+    "content-number": _reply({"content": 42}),
+    "tool-calls-text": _reply({"content": None, "tool_calls": "call it"}),
+    "tool-calls-numbers": _reply({"content": None, "tool_calls": [1, 2]}),
+}
+#: Odd but usable replies: the episode plays on (the env answers a bad action as a turn).
+USABLE = {
+    "usage-text": _reply({"content": "look"}, usage={"prompt_tokens": "lots"}),
+    "huge-content": _reply({"content": "x" * 2_000_000}),
+    "bad-arguments": _reply(
+        {"content": None, "tool_calls": [{"id": "1", "function": {"name": 7, "arguments": "{"}}]}
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(GARBAGE) + sorted(USABLE))
+def test_chat_endpoint_answering_garbage_is_an_error_record_and_resume_finishes(tmp_path, kind):
+    from budget_envs.eval.agents import ChatAgent
+
+    garbage = kind in GARBAGE
+    endpoint = _GarbageEndpoint(GARBAGE[kind] if garbage else USABLE[kind])
+    try:
+        agent = ChatAgent(base_url=endpoint.url, model="m", retries=1, backoff=0.0, timeout=5)
+        plan = EvalPlan(env_ids=[TOY_ID], agents={"chat": agent}, tasks=2, samples=1, budgets=[4])
+        result = run_plan(plan, tmp_path / "run")
+        recs = _whole_lines(tmp_path / "run" / "records.jsonl")
+        assert len(recs) == 2
+        if garbage:
+            assert result.errors == 2
+            for r in recs:
+                assert r["error"].startswith("AgentError: ") and "\n" not in r["error"]
+                assert "malformed" in r["error"] or "unparseable" in r["error"]
+        else:
+            assert result.errors == 0 and all(r["turns"] == 4 for r in recs)
+        endpoint.body = _reply({"content": "look"})  # the endpoint recovers
+        again = run_plan(plan, tmp_path / "run", resume=True)
+        assert again.ran == (2 if garbage else 0) and again.errors == 0
+        final = [r for r in load_records(tmp_path / "run") if not r["error"]]
+        assert len({r["key"] for r in final}) == 2
+    finally:
+        endpoint.close()
