@@ -34,7 +34,7 @@ demo: setup
 test: setup system-deps
 	$(BIN)/python -m pytest -q
 
-# Every tier: `make test` plus the soaks (100,000 steps per family, about 20 min on 2 cores).
+# Every tier: `make test` plus the soaks (100,000 steps per family in one process each).
 test-all: setup system-deps
 	$(BIN)/python -m pytest -q -m "soak or not soak"
 

@@ -1,7 +1,7 @@
 """Soak: 100,000 steps per family in one process (``benchmarks/soak.py``), resources bounded.
 
 Marked ``soak``: left out of ``make test`` by the default ``-m "not soak"`` and run by
-``make test-all`` (about 20 minutes on 2 cores). ``test_soak_script_short_run`` runs the same
+``make test-all`` (minutes per family; TextWorld is the slowest). ``test_soak_script_short_run`` runs the same
 script for a few thousand steps in the default run, so the script itself cannot rot.
 """
 
