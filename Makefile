@@ -8,7 +8,7 @@ EXTRAS ?= all
 TORCH ?= torch==2.13.0
 DEMO_OUT ?= demo_out
 
-.PHONY: setup system-deps demo test lint docs pip-check ci bench clean
+.PHONY: setup system-deps demo test test-all lint docs pip-check ci bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,8 +33,14 @@ setup: $(VENV)/.installed
 demo: setup
 	$(BIN)/budgetmix demo --out $(DEMO_OUT)
 
+# Everything that fits the CI time budget, `slow` tests included (pyproject's addopts leave out
+# the `soak` tier).
 test: setup system-deps
 	$(BIN)/python -m pytest -q
+
+# Every tier: `make test` plus the soaks (100,000 steps per family in one process each).
+test-all: setup system-deps
+	$(BIN)/python -m pytest -q -m "soak or not soak"
 
 # ruff's lint and format rules are in pyproject.toml; CI fails on any finding.
 lint: setup

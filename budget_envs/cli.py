@@ -260,7 +260,7 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     import gymnasium as gym
 
-    from budget_envs.errors import PreflightError
+    from budget_envs.errors import PreflightError, RecordsWriteError
     from budget_envs.eval.runner import EvalPlan, load_records, run_plan
     from budget_envs.eval.runner.ray_backend import RayUnavailable
 
@@ -305,6 +305,10 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError(str(exc)) from None
     except gym.error.DependencyNotInstalled as exc:
         raise UsageError(str(exc)) from None
+    except RecordsWriteError as exc:  # a full disk: one line, not a traceback
+        progress.close()
+        print(f"budgetmix eval: {exc}", file=sys.stderr)
+        return 1
     finally:
         progress.close()
     print(

@@ -30,6 +30,7 @@ __all__ = [
     "GenerationTimeout",
     "PreflightError",
     "RayUnavailable",
+    "RecordsWriteError",
     "ShopHTTPError",
     "TaskGenerationError",
     "ToolError",
@@ -139,3 +140,11 @@ class UsageError(BudgetEnvsError, ValueError):
 
 class TooManyActions(BudgetEnvsError, ValueError):
     """A state offers more actions than a finite-action policy has slots (``max_actions``)."""
+
+
+class RecordsWriteError(BudgetEnvsError, OSError):
+    """The run's records file cannot grow (a full disk, a file-size limit, a lost mount).
+
+    The torn part of the line being written has been cut off, so every record in the file is
+    whole; the message says how many this run wrote and how to finish it (``--resume``).
+    """

@@ -1,4 +1,5 @@
-"""Test session setup: register the toy env, and turn skips into failures under CI."""
+"""Test session setup: register the toy env, pick the Hypothesis profile, and turn skips into
+failures under CI."""
 
 from __future__ import annotations
 
@@ -6,12 +7,19 @@ import os
 
 import pytest
 from contract_helpers import register_toy
+from hypothesis import settings
 
 import budget_envs  # noqa: F401  (registers the product ids)
 
 register_toy()
 
 _CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# Hypothesis: the same examples on every CI run (a failure there reproduces), and no deadline
+# (a shared 2-core runner makes step times noisy). Locally the default profile explores afresh.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("dev", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if _CI else "dev"))
 
 
 @pytest.hookimpl(hookwrapper=True)

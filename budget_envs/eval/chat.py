@@ -91,6 +91,22 @@ def split_reasoning(text: str | None) -> tuple[str, str | None]:
     return text.strip(), None
 
 
+def _message_problem(message: Any) -> str | None:
+    """What is wrong with a reply's assistant message, or None when it is usable (an endpoint
+    answering garbage ends the episode as one :class:`AgentError`, never as an exception from
+    deep inside the agent)."""
+    if not isinstance(message, dict):
+        return "choices[0].message is not an object"
+    if not isinstance(message.get("content"), (str, type(None))):
+        return "message content is not text"
+    calls = message.get("tool_calls")
+    if not isinstance(calls, (list, type(None))) or not all(
+        isinstance(c, dict) and isinstance(c.get("function", {}), dict) for c in calls or []
+    ):
+        return "tool_calls is not a list of call objects"
+    return None
+
+
 def _retry_after(value: str | None, now: float) -> float | None:
     """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
     if not value:
@@ -388,6 +404,10 @@ class ChatAgent:
                 message = choice["message"]
             except (ValueError, KeyError, IndexError, TypeError):
                 last = f"malformed chat completion: {text[:200]!r}"
+                continue
+            problem = _message_problem(message)
+            if problem is not None:
+                last = f"malformed chat completion ({problem}): {text[:200]!r}"
                 continue
             return _Reply(
                 message=message,

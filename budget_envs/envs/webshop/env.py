@@ -319,12 +319,35 @@ class WebShopEnv(TextAgentEnv):
         body: dict[str, Any] = {"action": action}
         if fault is not None:
             body["fault"] = fault
-        return self._request(
-            "POST",
-            f"/api/sessions/{self._sid}/step",
-            json=body,
-            ok=(200, 500, 503) if fault else (200,),
+        ok = (200, 500, 503) if fault else (200,)
+        try:
+            return self._request("POST", f"/api/sessions/{self._sid}/step", json=body, ok=ok)
+        except WebShopServerError:
+            if not self._revive():
+                raise
+        return self._request("POST", f"/api/sessions/{self._sid}/step", json=body, ok=ok)
+
+    def _revive(self) -> bool:
+        """Mid-episode, after the env's own server died: start a fresh one and put the episode's
+        state (the env keeps the session state of every answer) into a new session there, so
+        the turn runs as if nothing happened. False when there is nothing to revive: the server
+        is someone else's (then the caller's error stands) or it is still alive."""
+        if self._server is None or self._server.alive or self._task_id is None:
+            return False
+        logger.warning(
+            "the web shop server at %s died mid-episode; restarting it and restoring the "
+            "session of %s",
+            self._server.base_url,
+            self._task_id,
         )
+        self.restart_server()
+        self._check_server()
+        data = self._request(
+            "POST", "/api/sessions", json={"task_id": self._task_id, "scoring": self.scoring}
+        )
+        self._sid = data["sid"]
+        self._apply(self._request("PUT", f"/api/sessions/{self._sid}", json={"state": self._state}))
+        return True
 
     def _after(self, data: dict[str, Any]) -> float:
         self._apply(data)

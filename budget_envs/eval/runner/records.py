@@ -1,20 +1,35 @@
 """Records of a run: one JSON line per finished episode or probe, and how to read them back.
 
 The driver alone appends to ``records.jsonl``, one flushed line per record, so a killed run
-loses at most the line it was writing (:func:`load_records` skips a torn last line).
+loses at most the line it was writing (:func:`load_records` skips a torn last line). When the
+file cannot grow (a full disk), :class:`RecordsWriter` cuts the torn part off at once and raises
+:class:`~budget_envs.errors.RecordsWriteError`: the file holds whole records only, and
+``--resume`` finishes the run.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CONFIG_FILE", "RECORDS_FILE", "EpisodeRecord", "ProbeRecord", "load_records"]
+from budget_envs.errors import RecordsWriteError
+from budget_envs.eval.runner.plan import EpisodeJob, ProbeJob
+
+__all__ = [
+    "CONFIG_FILE",
+    "RECORDS_FILE",
+    "EpisodeRecord",
+    "ProbeRecord",
+    "RecordsWriter",
+    "error_record",
+    "load_records",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +100,46 @@ def obs_digest(obs: str) -> str:
     return hashlib.sha256(obs.encode("utf-8", "replace")).hexdigest()[:16]
 
 
+def error_record(job: EpisodeJob | ProbeJob, message: str) -> EpisodeRecord | ProbeRecord:
+    """The record of a job that could not run to its end (``--resume`` runs it again)."""
+    if isinstance(job, ProbeJob):
+        return ProbeRecord(
+            env_id=job.env_id,
+            task_id=job.task_id,
+            task_index=job.task_index,
+            seed=job.seed,
+            agent=job.agent,
+            prefix_turns=job.prefix_turns,
+            action=None,
+            correct=None,
+            progress=None,
+            cost_before=None,
+            wall_time=0.0,
+            error=message,
+            key=job.key,
+        )
+    return EpisodeRecord(
+        env_id=job.env_id,
+        task_id=job.task_id,
+        task_index=job.task_index,
+        sample=job.sample,
+        seed=job.seed,
+        budget=job.budget,
+        visibility=job.visibility,
+        agent=job.agent,
+        fault_turn=job.fault_turn,
+        fault_kinds=None if job.fault_kinds is None else list(job.fault_kinds),
+        turns=0,
+        won=False,
+        first_success_turn=None,
+        faults=[],
+        oracle_agreement=None,
+        wall_time=0.0,
+        error=message,
+        key=job.key,
+    )
+
+
 def load_records(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every record of a run (a torn last line from a killed run is skipped)."""
     path = Path(run_dir) / RECORDS_FILE if Path(run_dir).is_dir() else Path(run_dir)
@@ -111,3 +166,60 @@ def drop_torn_tail(path: Path) -> None:
             cut = data.rfind(b"\n") + 1
             logger.warning("dropping a torn last record of %d bytes in %s", len(data) - cut, path)
             fh.truncate(cut)
+
+
+class RecordsWriter:
+    """Append records to a run's ``records.jsonl``, one whole line each, or fail cleanly.
+
+    Each line goes out in unbuffered writes straight to the file. If a write fails (``ENOSPC``,
+    ``EFBIG`` under a file-size limit, ``EIO``), the file is cut back to where the line began
+    (truncating needs no space) and :class:`~budget_envs.errors.RecordsWriteError` says so in one
+    line. ``written`` counts the records this writer appended.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.written = 0
+        self._fh = open(self.path, "ab", buffering=0)  # noqa: SIM115 - closed by close()
+
+    def write(self, record: Any) -> None:
+        """Append ``record`` (a record dataclass or a dict) as one JSON line."""
+        data = (
+            json.dumps(asdict(record) if not isinstance(record, dict) else record) + "\n"
+        ).encode()
+        start = self._fh.seek(0, os.SEEK_END)
+        view = memoryview(data)
+        try:
+            while view:
+                n = self._fh.write(view)
+                if not n:  # a raw write of 0 bytes: the file cannot take more
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                view = view[n:]
+        except OSError as exc:
+            self._cut(start)
+            reason = exc.strerror or str(exc)
+            name = errno.errorcode.get(exc.errno, "") if exc.errno else ""
+            err = RecordsWriteError(
+                f"cannot write to {self.path}: {reason}{f' ({name})' if name else ''}; "
+                f"{self.written} records of this run were saved and every record in the file is "
+                "whole. Free some space (or lift the file-size limit) and rerun with --resume to "
+                "finish the run."
+            )
+            err.errno = exc.errno
+            raise err from exc
+        self.written += 1
+
+    def _cut(self, size: int) -> None:
+        try:
+            self._fh.truncate(size)
+        except OSError:  # pragma: no cover - the torn tail is then dropped on --resume
+            logger.warning("could not cut the torn record off %s", self.path, exc_info=True)
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> RecordsWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -6,7 +6,7 @@ import json
 import math
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,13 @@ from budget_envs.eval.runner.async_driver import preflight_agents
 from budget_envs.eval.runner.local import iter_process
 from budget_envs.eval.runner.plan import EvalPlan, plan_jobs, select_tasks
 from budget_envs.eval.runner.ray_backend import connect, iter_ray
-from budget_envs.eval.runner.records import CONFIG_FILE, RECORDS_FILE, drop_torn_tail, load_records
+from budget_envs.eval.runner.records import (
+    CONFIG_FILE,
+    RECORDS_FILE,
+    RecordsWriter,
+    drop_torn_tail,
+    load_records,
+)
 from budget_envs.eval.runner.worker import run_jobs
 
 __all__ = ["RunResult", "run_plan"]
@@ -39,6 +45,7 @@ def run_plan(
     ray: str | None = None,
     resume: bool = False,
     chunk: int | None = None,
+    start_method: str | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_record: Callable[[Any], None] | None = None,
 ) -> RunResult:
@@ -48,6 +55,8 @@ def run_plan(
         workers: local processes (1 = in this process).
         ray: ``"auto"``, ``"local"`` or a cluster address to fan out as Ray tasks (an already
             initialized Ray is used as is).
+        start_method: how local workers start, ``"fork"`` (the default where it exists) or
+            ``"spawn"``; the records are the same either way.
         resume: skip episodes already recorded without error; otherwise an existing non-empty
             record file is an error (no silent overwrite, no silent mixing).
 
@@ -90,16 +99,23 @@ def run_plan(
     if ray is not None:
         stream = iter_ray(jobs, plan.agents, plan.env_kwargs, ray, chunk)
     elif workers > 1:
-        stream = iter_process(jobs, plan.agents, plan.env_kwargs, workers, chunk)
+        stream = iter_process(
+            jobs, plan.agents, plan.env_kwargs, workers, chunk, start_method=start_method
+        )
     else:
         stream = run_jobs(jobs, plan.agents, plan.env_kwargs)
     ran = errors = 0
-    with open(records_path, "a", encoding="utf-8") as fh:
-        for record in stream:
-            fh.write(json.dumps(asdict(record)) + "\n")
-            fh.flush()
-            ran += 1
-            errors += bool(record.error)
-            if on_record is not None:
-                on_record(record)
+    with RecordsWriter(records_path) as out:
+        try:
+            for record in stream:
+                out.write(record)
+                ran += 1
+                errors += bool(record.error)
+                if on_record is not None:
+                    on_record(record)
+        finally:
+            # Stop the back end now (a full disk, Ctrl-C): no worker runs on for nothing.
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
     return RunResult(run_dir=run_dir, total=len(all_jobs), skipped=skipped, ran=ran, errors=errors)

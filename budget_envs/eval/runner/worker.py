@@ -6,6 +6,7 @@ jobs it runs; the process-pool and Ray back ends keep one per worker process.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -15,7 +16,7 @@ from budget_envs.eval.agents import make_agent
 from budget_envs.eval.runner.episode import run_episode
 from budget_envs.eval.runner.plan import EpisodeJob, ProbeJob, make_env
 from budget_envs.eval.runner.probe import run_probe
-from budget_envs.eval.runner.records import EpisodeRecord, ProbeRecord
+from budget_envs.eval.runner.records import EpisodeRecord, ProbeRecord, error_record
 
 __all__ = [
     "Worker",
@@ -27,6 +28,8 @@ __all__ = [
     "run_jobs",
     "run_one",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 class Worker:
@@ -89,10 +92,16 @@ def job_env_kwargs(job: EpisodeJob | None) -> dict[str, Any]:
 def run_one(
     worker: Worker, job: EpisodeJob | ProbeJob, env_kwargs: Mapping[str, Any]
 ) -> EpisodeRecord | ProbeRecord:
-    agent = worker.agent(job.agent)
-    if isinstance(job, ProbeJob):
-        return run_probe(job, agent, worker.env(None, job.env_id, env_kwargs))
-    return run_episode(job, agent, worker.env(job, job.env_id, env_kwargs))
+    """Run one job. A failure outside the agent's turns (the env cannot be built or reset, e.g.
+    its server is gone) is the job's error record, not the end of the run."""
+    try:
+        agent = worker.agent(job.agent)
+        if isinstance(job, ProbeJob):
+            return run_probe(job, agent, worker.env(None, job.env_id, env_kwargs))
+        return run_episode(job, agent, worker.env(job, job.env_id, env_kwargs))
+    except Exception as exc:  # recorded with its cause; --resume runs the job again
+        logger.warning("%s failed before it could play: %s: %s", job.key, type(exc).__name__, exc)
+        return error_record(job, f"{type(exc).__name__}: {exc}")
 
 
 def run_jobs(
