@@ -91,6 +91,17 @@ def split_reasoning(text: str | None) -> tuple[str, str | None]:
     return text.strip(), None
 
 
+def _count(value: Any) -> int:
+    """A token count from a reply's ``usage`` (0 when a server sends something else)."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return 0
+
+
 def _message_problem(message: Any) -> str | None:
     """What is wrong with a reply's assistant message, or None when it is usable (an endpoint
     answering garbage ends the episode as one :class:`AgentError`, never as an exception from
@@ -588,9 +599,9 @@ class ChatEpisode:
         return self._take(reply)
 
     def _take(self, reply: _Reply) -> str:
-        usage = reply.usage
-        prompt = int(usage.get("prompt_tokens") or 0)
-        completion = int(usage.get("completion_tokens") or 0)
+        usage = reply.usage if isinstance(reply.usage, dict) else {}
+        prompt = _count(usage.get("prompt_tokens"))
+        completion = _count(usage.get("completion_tokens"))
         self._usage.requests += 1
         self._usage.retries += reply.retries
         self._usage.prompt_tokens += prompt
@@ -598,9 +609,12 @@ class ChatEpisode:
         message = reply.message
         content, reasoning = split_reasoning(message.get("content"))
         served = message.get("reasoning_content") or message.get("reasoning")
+        if served and not isinstance(served, str):
+            served = json.dumps(served, default=repr)
         if served:
             reasoning = served if reasoning is None else f"{served}\n{reasoning}"
-        details = usage.get("completion_tokens_details") or {}
+        details = usage.get("completion_tokens_details")
+        details = details if isinstance(details, dict) else {}
         entry: dict[str, Any] = {
             "finish_reason": reply.finish_reason,
             "prompt_tokens": prompt,

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import gymnasium as gym
 
 from budget_envs.errors import AgentError
-from budget_envs.eval.runner.episode import agent_info, agrees, has_oracle, turn_log, usage
+from budget_envs.eval.runner.episode import EpisodeLog, agent_info, turn_log, usage
 from budget_envs.eval.runner.plan import EpisodeJob, ProbeJob, make_env
 from budget_envs.eval.runner.records import EpisodeRecord, ProbeRecord
 from budget_envs.eval.runner.worker import Worker, env_key, job_env_kwargs, run_one
@@ -106,26 +105,22 @@ async def arun_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeReco
     The same episode as :func:`~budget_envs.eval.runner.episode.run_episode`, with the agent's
     ``act`` awaited; agent failures end it as an error record.
     """
-    start = time.perf_counter()
-    unwrapped = env.unwrapped
+    log = EpisodeLog(job, env)
+    unwrapped = log.unwrapped
     hidden = job.visibility == "hidden"
-    track = job.track_oracle and has_oracle(unwrapped)
-    agreement: list[bool | None] | None = [] if track else None
-    turns = 0
     error = None
     episode: Any = None
     obs, info = env.reset(seed=job.seed, options={"task_id": job.task_index, "budget": job.budget})
+    log.info = info
     try:
         episode = agent.open_episode(
             env_id=job.env_id, observation=obs, info=agent_info(info, hidden), seed=job.seed
         )
         while True:
             action = await episode.act(obs, agent_info(info, hidden))
-            if agreement is not None:
-                best = unwrapped.oracle_actions()
-                agreement.append(agrees(action, best) if best else None)
+            log.before_step(action, unwrapped.oracle_actions)
             obs, _, terminated, truncated, info = env.step(action)
-            turns += 1
+            log.after_step(action, obs, info)
             if terminated or truncated:
                 break
     except AgentError as exc:
@@ -133,30 +128,9 @@ async def arun_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeReco
     except Exception as exc:  # a user's agent may raise anything; record it, keep the run going
         logger.exception("agent %s failed on %s", job.agent, job.key)
         error = f"{type(exc).__name__}: {exc}"
-    summary = info.get("episode_summary") or {}
-    first = summary.get("first_success_turn") if error is None else None
-    return EpisodeRecord(
-        env_id=job.env_id,
-        task_id=job.task_id,
-        task_index=job.task_index,
-        sample=job.sample,
-        seed=job.seed,
-        budget=job.budget,
-        visibility=job.visibility,
-        agent=job.agent,
-        fault_turn=job.fault_turn,
-        fault_kinds=None if job.fault_kinds is None else list(job.fault_kinds),
-        turns=turns,
-        won=bool(first is not None),
-        first_success_turn=first,
-        faults=[dict(f) for f in info.get("faults", ())],
-        oracle_agreement=agreement,
-        wall_time=time.perf_counter() - start,
-        tokens=usage(episode) if episode is not None else None,
-        error=error,
-        key=job.key,
-        agent_turns=turn_log(episode) if episode is not None else None,
-    )
+    if episode is None:
+        return log.record(error, None, None)
+    return log.record(error, usage(episode), turn_log(episode))
 
 
 def _iter_async(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -59,49 +59,101 @@ def turn_log(agent: Any) -> list[dict[str, Any]] | None:
     return list(fn()) if callable(fn) else None
 
 
+class EpisodeLog:
+    """What an episode driver keeps turn by turn, and the record it makes of it (one definition
+    for the one-at-a-time and the async drivers, so their records are the same)."""
+
+    def __init__(self, job: EpisodeJob, env: gym.Env) -> None:
+        self.job = job
+        self.unwrapped = env.unwrapped
+        self.start = time.perf_counter()
+        self.track = job.track_oracle and has_oracle(self.unwrapped)
+        self.agreement: list[bool | None] | None = [] if self.track else None
+        self.actions: list[str] = []
+        self.digests: list[str] = []
+        self.costs: list[int | None] = []
+        self.turns = 0
+        self.info: Mapping[str, Any] = {}
+
+    def before_step(self, action: Any, best: Callable[[], list[str]]) -> None:
+        """Oracle agreement of the action about to be played (``best`` gives the oracle's)."""
+        if self.agreement is not None:
+            oracle = best()
+            self.agreement.append(agrees(action, oracle) if oracle else None)
+
+    def after_step(self, action: Any, obs: str, info: Mapping[str, Any]) -> None:
+        self.actions.append(action if isinstance(action, str) else repr(action))
+        self.digests.append(obs_digest(obs))
+        self.costs.append(int(self.unwrapped.cost_to_go()) if self.track else None)
+        self.turns += 1
+        self.info = info
+
+    def record(
+        self, error: str | None, tokens: dict[str, int] | None, agent_turns: Any
+    ) -> EpisodeRecord:
+        job, info = self.job, self.info
+        summary = info.get("episode_summary") or {}
+        first = summary.get("first_success_turn") if error is None else None
+        return EpisodeRecord(
+            env_id=job.env_id,
+            task_id=job.task_id,
+            task_index=job.task_index,
+            sample=job.sample,
+            seed=job.seed,
+            budget=job.budget,
+            visibility=job.visibility,
+            agent=job.agent,
+            fault_turn=job.fault_turn,
+            fault_kinds=None if job.fault_kinds is None else list(job.fault_kinds),
+            turns=self.turns,
+            won=bool(first is not None),
+            first_success_turn=first,
+            faults=[dict(f) for f in info.get("faults", ())],
+            oracle_agreement=self.agreement,
+            wall_time=time.perf_counter() - self.start,
+            tokens=tokens,
+            error=error,
+            key=job.key,
+            agent_turns=agent_turns,
+            stop_reason=info.get("stop_reason") if error is None else None,
+            actions=self.actions,
+            obs_digests=self.digests,
+            costs=self.costs,
+        )
+
+
 def run_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeRecord:
     """Play one episode of ``job`` with ``agent`` on ``env`` (an env made for the job's settings).
 
     Agent failures (:class:`AgentError`, or any exception from the agent) end the episode as an
     error record; they are never counted as a failed task.
     """
-    start = time.perf_counter()
-    unwrapped = env.unwrapped
+    log = EpisodeLog(job, env)
+    unwrapped = log.unwrapped
     hidden = job.visibility == "hidden"
     memo: list[Any] = [-1, None]
 
     def oracle() -> list[str]:
         # One oracle call per turn, shared by the agent and the agreement bookkeeping.
-        if memo[0] != turns:
-            memo[0], memo[1] = turns, unwrapped.oracle_actions()
+        if memo[0] != log.turns:
+            memo[0], memo[1] = log.turns, unwrapped.oracle_actions()
         return memo[1]
 
-    turns = 0
     bind = getattr(agent, "bind_oracle", None)
     if bind is not None:
         bind(oracle)
-    track = job.track_oracle and has_oracle(unwrapped)
-    agreement: list[bool | None] | None = [] if track else None
-    info: dict[str, Any] = {}
     error = None
-    actions: list[str] = []
-    digests: list[str] = []
-    costs: list[int | None] = []
     obs, info = env.reset(seed=job.seed, options={"task_id": job.task_index, "budget": job.budget})
+    log.info = info
     try:
         agent.reset(
             env_id=job.env_id, observation=obs, info=agent_info(info, hidden), seed=job.seed
         )
         while True:
             action = agent.act(obs, agent_info(info, hidden))
-            if agreement is not None:
-                best = oracle()
-                agreement.append(agrees(action, best) if best else None)
+            log.before_step(action, oracle)
             obs, _, terminated, truncated, info = env.step(action)
-            actions.append(action if isinstance(action, str) else repr(action))
-            digests.append(obs_digest(obs))
-            costs.append(int(unwrapped.cost_to_go()) if track else None)
-            turns += 1
+            log.after_step(action, obs, info)
             if terminated or truncated:
                 break
     except AgentError as exc:
@@ -109,34 +161,7 @@ def run_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeRecord:
     except Exception as exc:  # a user's agent may raise anything; record it, keep the run going
         logger.exception("agent %s failed on %s", job.agent, job.key)
         error = f"{type(exc).__name__}: {exc}"
-    summary = info.get("episode_summary") or {}
-    first = summary.get("first_success_turn") if error is None else None
-    return EpisodeRecord(
-        env_id=job.env_id,
-        task_id=job.task_id,
-        task_index=job.task_index,
-        sample=job.sample,
-        seed=job.seed,
-        budget=job.budget,
-        visibility=job.visibility,
-        agent=job.agent,
-        fault_turn=job.fault_turn,
-        fault_kinds=None if job.fault_kinds is None else list(job.fault_kinds),
-        turns=turns,
-        won=bool(first is not None),
-        first_success_turn=first,
-        faults=[dict(f) for f in info.get("faults", ())],
-        oracle_agreement=agreement,
-        wall_time=time.perf_counter() - start,
-        tokens=usage(agent),
-        error=error,
-        key=job.key,
-        agent_turns=turn_log(agent),
-        stop_reason=info.get("stop_reason") if error is None else None,
-        actions=actions,
-        obs_digests=digests,
-        costs=costs,
-    )
+    return log.record(error, usage(agent), turn_log(agent))
 
 
 def has_oracle(unwrapped: Any) -> bool:
