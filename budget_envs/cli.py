@@ -540,6 +540,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         "max_sessions": args.max_sessions,
         "idle_timeout": args.idle_timeout if args.idle_timeout > 0 else None,
         "max_message_bytes": args.max_message_bytes,
+        "info_delta": not args.full_info,
     }
     if args.budget is not None:
         budget = args.budget.strip()
@@ -882,6 +883,12 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-sessions", type=int, default=64, help="concurrent sessions (64)")
     sv.add_argument("--idle-timeout", type=float, default=300.0, help="seconds; 0: never")
     sv.add_argument("--max-message-bytes", type=int, default=1 << 20)
+    sv.add_argument(
+        "--full-info",
+        action="store_true",
+        help="send every info value in every step answer (for clients that do not restore "
+        "info_unchanged keys)",
+    )
 
     d = sub.add_parser("demo", help="the main job: reference agents on every registered family")
     d.add_argument("--out", default="demo_out", help="output directory (default demo_out)")
