@@ -3,8 +3,8 @@
 ``budgetmix serve ID`` (or :func:`~budget_envs.service.server.serve`) runs one server with many
 independent sessions; :class:`~budget_envs.service.client.BudgetEnvClient` (an OpenEnv
 ``EnvClient``) and :class:`~budget_envs.service.client.RemoteEnv` (a Gymnasium env) reach it.
-Needs the ``openenv`` extra: ``pip install "budget-envs[openenv]"``; :class:`~budget_envs.service.ray_pool.EnvActorPool`
-(envs in Ray actors, stepped in batches) needs the ``ray`` extra instead. Nothing here is imported by
+Needs the ``openenv`` extra: ``pip install "budget-envs[openenv]"``; ``EnvActorPool`` (envs in
+Ray actors, stepped in batches, :mod:`budget_envs.service.ray_pool`) needs the ``ray`` extra. Nothing here is imported by
 ``import budget_envs``.
 """
 
