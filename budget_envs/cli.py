@@ -832,7 +832,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", required=True, metavar="RUN", help="run directory")
     e.add_argument("--workers", type=int, default=1, help="local worker processes")
     e.add_argument(
-        "--ray", default=None, metavar="auto|local|ADDRESS", help="run episodes as Ray tasks"
+        "--ray", default=None, metavar="auto|local|ADDRESS", help="play episodes on Ray env actors"
     )
     e.add_argument("--resume", action="store_true", help="continue RUN, skipping finished episodes")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
