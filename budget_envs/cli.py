@@ -618,6 +618,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         "max_sessions": args.max_sessions,
         "idle_timeout": args.idle_timeout if args.idle_timeout > 0 else None,
         "max_message_bytes": args.max_message_bytes,
+        "info_delta": not args.full_info,
     }
     if args.budget is not None:
         budget = args.budget.strip()
@@ -1015,7 +1016,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", required=True, metavar="RUN", help="run directory")
     e.add_argument("--workers", type=int, default=1, help="local worker processes")
     e.add_argument(
-        "--ray", default=None, metavar="auto|local|ADDRESS", help="run episodes as Ray tasks"
+        "--ray", default=None, metavar="auto|local|ADDRESS", help="play episodes on Ray env actors"
     )
     e.add_argument("--resume", action="store_true", help="continue RUN, skipping finished episodes")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -1066,6 +1067,12 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-sessions", type=int, default=64, help="concurrent sessions (64)")
     sv.add_argument("--idle-timeout", type=float, default=300.0, help="seconds; 0: never")
     sv.add_argument("--max-message-bytes", type=int, default=1 << 20)
+    sv.add_argument(
+        "--full-info",
+        action="store_true",
+        help="send every info value in every step answer (for clients that do not restore "
+        "info_unchanged keys)",
+    )
     t = sub.add_parser("train", help="train a policy (RLlib PPO or TRL) into a policy folder")
     t.add_argument("env_id", metavar="ENV_ID")
     t.add_argument("--trainer", choices=("rllib", "trl"), default="rllib")

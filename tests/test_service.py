@@ -251,3 +251,46 @@ def test_serve_command_help():
 
     args = build_parser().parse_args(["serve", "BudgetMix/ToolUse-v0", "--max-sessions", "8"])
     assert args.max_sessions == 8 and args.host == "127.0.0.1"
+
+
+def test_step_answers_leave_out_unchanged_info_and_clients_restore_it():
+    from websockets.sync.client import connect
+
+    env_id = "BudgetMix/ToolUse-v0"
+    local = make(env_id, budget=10)
+    _, info0 = local.reset(seed=5)
+    moves = [policy_action(local, info0, np.random.default_rng(5)) for _ in range(3)]
+    local.reset(seed=5)
+    want = [_json(local.step(m)[4]) for m in moves]
+
+    async def client_side(url):
+        async with BudgetEnvClient(base_url=url) as client:
+            await client.reset(seed=5)
+            got = [
+                (await client.step(BudgetAction(action=m, request_id=f"s{k}"))).observation
+                for k, m in enumerate(moves)
+            ]
+            # an older id replayed after later steps still restores the right values
+            again = (await client.step(BudgetAction(action=moves[0], request_id="s0"))).observation
+            return got, again
+
+    with serving(env_id, budget=10) as url:
+        with connect(url.replace("http", "ws") + "/ws") as ws:
+            ws.send(json.dumps({"type": "reset", "data": {"seed": 5}}))
+            first = json.loads(ws.recv())["data"]["observation"]
+            ws.send(json.dumps({"type": "step", "data": {"action": moves[0]}}))
+            step = json.loads(ws.recv())["data"]["observation"]
+        assert first["info"]["tools"] and first["info_unchanged"] == []
+        assert "tools" in step["info_unchanged"] and step["info"]["tools"] is None
+        assert "budget" not in step["info_unchanged"]  # changed values travel in full
+        got, again = asyncio.run(client_side(url))
+    assert [o.info for o in got] == want
+    assert again.replayed and again.info == want[0]
+
+    with serving(env_id, budget=10, info_delta=False) as url:
+        with connect(url.replace("http", "ws") + "/ws") as ws:
+            ws.send(json.dumps({"type": "reset", "data": {"seed": 5}}))
+            ws.recv()
+            ws.send(json.dumps({"type": "step", "data": {"action": moves[0]}}))
+            whole = json.loads(ws.recv())["data"]["observation"]
+        assert whole["info_unchanged"] == [] and whole["info"] == want[0]

@@ -3,7 +3,8 @@
 ``budgetmix serve ID`` (or :func:`~budget_envs.service.server.serve`) runs one server with many
 independent sessions; :class:`~budget_envs.service.client.BudgetEnvClient` (an OpenEnv
 ``EnvClient``) and :class:`~budget_envs.service.client.RemoteEnv` (a Gymnasium env) reach it.
-Needs the ``openenv`` extra: ``pip install "budget-envs[openenv]"``. Nothing here is imported by
+Needs the ``openenv`` extra: ``pip install "budget-envs[openenv]"``; ``EnvActorPool`` (envs in
+Ray actors, stepped in batches, :mod:`budget_envs.service.ray_pool`) needs the ``ray`` extra. Nothing here is imported by
 ``import budget_envs``.
 """
 
@@ -16,6 +17,7 @@ __all__ = [
     "BudgetEnvClient",
     "BudgetObservation",
     "BudgetState",
+    "EnvActorPool",
     "RemoteEnv",
     "create_app",
     "serve",
@@ -27,6 +29,7 @@ _WHERE = {
     "BudgetState": "models",
     "BudgetEnvClient": "client",
     "RemoteEnv": "client",
+    "EnvActorPool": "ray_pool",
     "create_app": "server",
     "serve": "server",
 }

@@ -43,6 +43,11 @@ class BudgetEnvClient(EnvClient[BudgetAction, BudgetObservation, BudgetState]):
         ...     result.observation.truncated, result.observation.info["budget"]
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The whole info of the last answer: the server leaves out values equal to it.
+        self._last_info: dict[str, Any] | None = None
+
     def _step_payload(self, action: BudgetAction) -> dict[str, Any]:
         payload: dict[str, Any] = {"action": action.action}
         if action.request_id is not None:
@@ -55,7 +60,21 @@ class BudgetEnvClient(EnvClient[BudgetAction, BudgetObservation, BudgetState]):
         fields = dict(payload.get("observation") or {})
         fields["reward"] = payload.get("reward")
         fields["done"] = bool(payload.get("done", False))
+        same = fields.get("info_unchanged") or ()
+        if same:
+            info = dict(fields.get("info") or {})
+            base = self._last_info
+            missing = [k for k in same if base is None or k not in base]
+            if missing:
+                raise RuntimeError(
+                    f"the server left out info keys {missing} as unchanged, but this client has "
+                    "no earlier answer holding them (reset first)"
+                )
+            for k in same:
+                info[k] = base[k]
+            fields["info"] = info
         obs = BudgetObservation(**fields)
+        self._last_info = obs.info
         return StepResult(
             observation=obs,
             reward=payload.get("reward"),

@@ -45,6 +45,11 @@ class BudgetObservation(Observation):
     replayed: bool = Field(
         default=False, description="True when this answer is a recorded one (a retried id)."
     )
+    info_unchanged: list[str] = Field(
+        default_factory=list,
+        description="Info keys sent as null because their value equals the one in the "
+        "session's previous answer; the client restores them from it.",
+    )
 
 
 class BudgetState(State):

@@ -54,6 +54,9 @@ REPLAY_CACHE = 1024
 
 _DEFAULT = object()
 
+#: Value types a step answer may leave out when unchanged (see :meth:`SessionEnv._wire`).
+_OMITTABLE = (str, list, dict)
+
 
 def _plain(value: Any) -> Any:
     """``value`` with only JSON types (tuples become lists, numpy scalars Python numbers)."""
@@ -81,6 +84,8 @@ class ServeConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     #: Kwargs a family's host env gives so sessions share its server (see ``shared_env_kwargs``).
     shared_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: Step answers leave out info values unchanged since the session's previous answer.
+    info_delta: bool = True
 
     def make_kwargs(self) -> dict[str, Any]:
         out: dict[str, Any] = {"visibility": self.visibility, "faults": self.faults}
@@ -116,7 +121,48 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         self._episode_id: str | None = None
         self._steps = 0
         self._info: dict[str, Any] = {}
+        # The whole (JSON-typed) info of the last answer sent: the base the client restores
+        # left-out values from. Its values are shared with the replay cache, never mutated.
+        self._sent: dict[str, Any] | None = None
         self._replies: OrderedDict[str, tuple[str, BudgetObservation]] = OrderedDict()
+
+    # ---------------------------------------------------------------- info deltas
+    def _full_info(self, info: dict[str, Any]) -> dict[str, Any]:
+        """``_plain(info)``, reusing the last answer's converted value for every value equal to
+        it (``info["tools"]`` of ToolUse: 6 KB converted again at every step otherwise)."""
+        sent = self._sent
+        if not sent:
+            return _plain(info)
+        out: dict[str, Any] = {}
+        for k, v in info.items():
+            k = str(k)
+            old = sent.get(k, _DEFAULT)
+            # raw against converted: a tuple never equals its list, so it is converted anew
+            if type(v) is type(old) and isinstance(v, _OMITTABLE) and v == old:
+                out[k] = old
+            else:
+                out[k] = _plain(v)
+        return out
+
+    def _wire(self, obs: BudgetObservation, delta: bool) -> BudgetObservation:
+        """The answer as sent: with ``delta``, every str, list or dict value equal to the one of
+        the session's previous answer travels as null and its key in ``info_unchanged`` (the
+        client restores it). The whole info becomes the next answer's base."""
+        sent, self._sent = self._sent, obs.info
+        if not (delta and sent and self._config.info_delta):
+            return obs
+        info: dict[str, Any] = {}
+        same: list[str] = []
+        for k, v in obs.info.items():
+            old = sent.get(k, _DEFAULT)
+            if isinstance(v, _OMITTABLE) and type(v) is type(old) and (v is old or v == old):
+                info[k] = None
+                same.append(k)
+            else:
+                info[k] = v
+        if not same:
+            return obs
+        return obs.model_copy(update={"info": info, "info_unchanged": same})
 
     # ---------------------------------------------------------------- request ids
     def _replay(self, request_id: str | None, key: str) -> BudgetObservation | None:
@@ -160,7 +206,7 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         key = json.dumps(["reset", seed, options], sort_keys=True, default=repr)
         replayed = self._replay(request_id, key)
         if replayed is not None:
-            return replayed
+            return self._wire(replayed, delta=False)
         if self._env is None:
             self._env = self._config.make()
         text, info = self._env.reset(seed=seed, options=options)
@@ -169,13 +215,14 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         self._info = info
         obs = BudgetObservation(
             text=text,
-            info=_plain(info),
+            info=self._full_info(info),
             reward=0.0,
             done=False,
             request_id=request_id,
         )
         self._record(request_id, key, obs)
-        return obs
+        # A reset answer is whole: a client that reconnected (a new session) starts from it.
+        return self._wire(obs, delta=False)
 
     def step(
         self, action: BudgetAction, timeout_s: float | None = None, **kwargs: Any
@@ -183,7 +230,7 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         key = "step\x1f" + action.action
         replayed = self._replay(action.request_id, key)
         if replayed is not None:
-            return replayed
+            return self._wire(replayed, delta=True)
         if self._env is None:
             raise RuntimeError(
                 "this session has no episode yet (it is new, or an idle one was closed and the client opened a new one): send a reset first"
@@ -193,7 +240,7 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         self._info = info
         obs = BudgetObservation(
             text=text,
-            info=_plain(info),
+            info=self._full_info(info),
             reward=float(reward),
             done=bool(terminated or truncated),
             terminated=bool(terminated),
@@ -201,7 +248,7 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
             request_id=action.request_id,
         )
         self._record(action.request_id, key, obs)
-        return obs
+        return self._wire(obs, delta=True)
 
     @property
     def state(self) -> BudgetState:
@@ -352,12 +399,15 @@ def create_app(
     max_sessions: int = DEFAULT_MAX_SESSIONS,
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    info_delta: bool = True,
 ) -> Any:
     """A FastAPI app serving ``env_id`` over OpenEnv's protocol (run it with any ASGI server).
 
     ``budget`` / ``visibility`` / ``faults`` / ``env_kwargs`` are what ``gymnasium.make`` gets
     for every session's env. One env is built here first to check the arguments; a family with
     a server of its own (``shared_env_kwargs``) keeps that env as the host every session uses.
+    ``info_delta=False`` sends every info value in every step answer (for clients that do not
+    restore ``info_unchanged`` keys).
     """
     entry = entry_for(env_id)  # NameNotFound with the registered ids
     _check_positive("max_sessions", max_sessions, int)
@@ -376,6 +426,7 @@ def create_app(
         visibility=visibility,
         faults=faults,
         env_kwargs=dict(env_kwargs or {}),
+        info_delta=bool(info_delta),
     )
     host = config.make()  # fails here, not in the first session, on bad arguments
     share = getattr(host.unwrapped, "shared_env_kwargs", None)
