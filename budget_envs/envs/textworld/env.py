@@ -175,6 +175,7 @@ class TextWorldEnv(TextAgentEnv):
     native_snapshot: ClassVar[bool] = True
     family_fault_cells: ClassVar[dict[str, tuple[str, str]]] = {
         "perturb": ("explicit", "transient"),
+        "phantom": ("silent", "transient"),
     }
     default_max_action_length: ClassVar[int] = 4096
     default_max_observation_length: ClassVar[int] = 16384
@@ -502,12 +503,18 @@ class TextWorldEnv(TextAgentEnv):
 
     # ------------------------------------------------------------------ faults
     def fault_kinds(self) -> tuple[str, ...]:
-        return ("perturb",)
+        return ("perturb", "phantom")
 
     def _fault(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
         """``perturb``: the agent's action is handled as usual, then the world changes under the
         player: a carried object is dropped and the player stumbles through a random exit (both
-        real game moves, so tracking stays exact)."""
+        real game moves, so tracking stays exact).
+
+        ``phantom`` (silent): the action's usual feedback is shown but the action did not happen
+        (the game is rolled back to before it). An action that ends the game is left to stand:
+        its feedback could not be shown without its end."""
+        if kind == "phantom":
+            return self._phantom(action)
         obs, reward, invalid = self._attempt(action)
         executed = None if invalid else action
         parts = [obs]
@@ -533,6 +540,16 @@ class TextWorldEnv(TextAgentEnv):
         return FaultOutcome(
             "\n\n".join(parts), "world" if changed else "none", executed, reward, invalid
         )
+
+    def _phantom(self, action: Any) -> FaultOutcome:
+        if self.replaying:  # the turn left no trace in the game
+            return FaultOutcome("", "dropped")
+        snap = self.snapshot()
+        obs, reward, invalid = self._attempt(action)
+        if invalid or self.won or self.lost:
+            return FaultOutcome(obs, "none", None if invalid else action, reward, invalid)
+        self.restore(snap)
+        return FaultOutcome(obs, "dropped")
 
     # ------------------------------------------------------------------ forking
     def _snapshot_state(self) -> _Native:
