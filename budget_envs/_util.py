@@ -13,6 +13,7 @@ Nothing here imports more than the standard library, numpy and gymnasium.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
@@ -29,7 +30,10 @@ __all__ = [
     "cache_root",
     "check_int",
     "check_levels",
+    "SPLITS",
     "check_seeds",
+    "check_split",
+    "split_seed",
     "import_optional",
     "missing_dependency",
     "require",
@@ -208,3 +212,29 @@ def check_seeds(name: str, value: Any) -> tuple[int, ...]:
     if len(set(out)) != len(out):
         raise ValueError(f"{name} lists a seed twice, got {value!r}")
     return out
+
+
+#: The held-out splits every family accepts (``train`` is the default task list).
+SPLITS = ("train", "valid", "test")
+
+
+def check_split(split: Any, extra: Sequence[str] = ()) -> str:
+    """``split`` if it names one of :data:`SPLITS` (or ``extra``); a typed error quoting it."""
+    allowed = SPLITS + tuple(extra)
+    if not isinstance(split, str) or split not in allowed:
+        raise ValueError(f"split must be one of {allowed}, got {split!r}")
+    return split
+
+
+def split_seed(base: int, split: str) -> int:
+    """The generator seed of ``split`` for a family whose train seed is ``base``.
+
+    ``train`` keeps ``base`` (today's task list); the other splits get a seed derived from
+    ``(base, split)`` by SHA-256, so every machine derives the same one and it differs from
+    ``base``.
+    """
+    if split == "train":
+        return int(base)
+    digest = hashlib.sha256(f"budgetmix-split:{split}:{int(base)}".encode()).digest()
+    seed = int.from_bytes(digest[:4], "big")
+    return seed if seed != int(base) else seed ^ 1

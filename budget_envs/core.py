@@ -298,6 +298,14 @@ class TextAgentEnv(gym.Env[str, str]):
         """Every task id this env can play, in a fixed order (``options["task_id"]`` indexes it)."""
         raise NotImplementedError
 
+    def task_identity(self, task_id: str) -> tuple:
+        """What makes ``task_id`` the task it is, without its id: its world and goal.
+
+        Two tasks with equal identities are the same task; held-out splits (``split=``) are
+        disjoint by identity, not only by id. Computed without playing the task.
+        """
+        raise NotImplementedError
+
     def _load(self, task_id: str) -> str:
         raise NotImplementedError
 

@@ -60,7 +60,7 @@ def test_import_has_no_side_effects():
 
 def test_arguments_are_checked(cache):
     for kwargs, exc, quoted in [
-        ({"split": "test"}, ValueError, "'test'"),
+        ({"split": "holdout"}, ValueError, "'holdout'"),
         ({"oracle": "gpt"}, ValueError, "'gpt'"),
         ({"task_types": [7]}, ValueError, "type 7"),
         ({"task_types": "pick"}, TypeError, "'pick'"),

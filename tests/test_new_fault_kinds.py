@@ -121,3 +121,25 @@ def test_tooluse_stale_tool_keeps_answering_from_the_start_state():
         env.step(base.oracle_actions()[0])
         turns += 1
     assert base.won and turns == cost
+
+
+def test_textworld_phantom_reports_the_action_but_leaves_the_game(tmp_path):
+    from budget_envs.envs.textworld import TreasureHunterEnv
+
+    tw = TreasureHunterEnv(level=10, tasks_per_level=1)
+    tw.reset(seed=0, options={"task_id": 0})
+    assert tw.cost_to_go() >= 2
+    snap = tw.snapshot()
+    action = tw.oracle_actions()[0]
+    honest = tw.step(action)[0]
+    tw.restore(snap)
+    before = (tw.cost_to_go(), tw.state_hash(), sorted(tw.current_info()["admissible_actions"]))
+    env = ErrorInjection(tw, kinds="phantom", at_turn=1, seed=0)
+    env.reset(seed=0, options={"task_id": 0})
+    obs, _, terminated, _, info = env.step(action)
+    assert obs == honest  # the action's usual feedback ...
+    assert not terminated
+    assert info["fault"]["effect"] == "dropped" and info["fault"]["cell"] == ["silent", "transient"]
+    # ... but the game is where it was.
+    after = (tw.cost_to_go(), tw.state_hash(), sorted(info["admissible_actions"]))
+    assert after == before

@@ -71,6 +71,11 @@ def collect_game_files(split_dir: str | os.PathLike, task_types: Sequence[str]) 
     return sorted(games)
 
 
+#: The common split names, as ALFWorld's own: ``valid`` is ``valid_seen``, ``test`` is
+#: ``valid_unseen`` (held-out scenes).
+_SPLIT_ALIASES = {"valid": "valid_seen", "test": "valid_unseen"}
+
+
 class AlfWorldEnv(TextAgentEnv):
     """ALFWorld household tasks (six task types) played through alfworld's TextWorld PDDL engine.
 
@@ -80,7 +85,8 @@ class AlfWorldEnv(TextAgentEnv):
     alfworld's own path (``AlfredTWEnv``); the engine memoises the slow parts.
 
     Args:
-        split: ``"train"``, ``"valid_seen"`` or ``"valid_unseen"``.
+        split: ``"train"``, ``"valid_seen"`` or ``"valid_unseen"`` (ALFWorld's names), or the
+            common ``"valid"`` (= ``valid_seen``) and ``"test"`` (= ``valid_unseen``).
         level: the family's levels are alfworld's six task types, numbered 1-6 as in alfworld
             (1 pick and place, 2 look at in light, 3 clean, 4 heat, 5 cool, 6 pick two): one,
             a list, or None for all six.
@@ -133,8 +139,11 @@ class AlfWorldEnv(TextAgentEnv):
             max_action_length=max_action_length,
             max_observation_length=max_observation_length,
         )
+        split = _SPLIT_ALIASES.get(split, split) if isinstance(split, str) else split
         if split not in generate.SPLITS:
-            raise ValueError(f"split must be one of {generate.SPLITS}, got {split!r}")
+            raise ValueError(
+                f"split must be one of {generate.SPLITS + tuple(_SPLIT_ALIASES)}, got {split!r}"
+            )
         if oracle not in _ORACLES:
             raise ValueError(f"oracle must be one of {_ORACLES}, got {oracle!r}")
         if not isinstance(legacy_put, bool):
@@ -256,6 +265,25 @@ class AlfWorldEnv(TextAgentEnv):
                 self._specs = {s.task_id: s for s in specs}
                 self._ids = [s.task_id for s in specs]
         return self._ids
+
+    def task_identity(self, task_id: str) -> tuple:
+        """A generated task's type, scene, goal and layout; a dataset game's folder under the split
+        (ALFRED's ``<task>-<objects>-<scene>/<trial>``, which names the game and its world)."""
+        self.task_ids  # noqa: B018  (builds the task tables on first use)
+        spec = self._specs.get(task_id)
+        if spec is not None:
+            return (
+                spec.task_type,
+                spec.room,
+                spec.scene,
+                spec.goal,
+                spec.receptacles,
+                spec.objects,
+                spec.agent_location,
+            )
+        if task_id in self._paths:
+            return ("dataset", task_id.split("/", 1)[1])
+        raise ValueError(f"unknown task {task_id!r}; e.g. {list(self.task_ids[:3])!r}")
 
     def task_level(self, task_id: str) -> str | None:
         """The task type of a generated ``task_id`` (None for a dataset game), the stratum of

@@ -8,6 +8,7 @@ remembers the end of an episode, and adds an exact oracle where the game is smal
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -21,7 +22,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from budget_envs._util import check_int, check_levels, check_seeds, import_optional
+from budget_envs._util import (
+    check_int,
+    check_levels,
+    check_seeds,
+    check_split,
+    import_optional,
+    split_seed,
+)
 from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.envs.textworld import generate as gen
 from budget_envs.envs.textworld.oracle import LIVE, QuestRules, StateGraph
@@ -137,6 +145,10 @@ class TextWorldEnv(TextAgentEnv):
         tasks_per_level: games per level (seeds ``0..n-1``; default 10).
         seeds: an explicit list of seeds instead of ``tasks_per_level`` (a count here is
             deprecated: it means ``tasks_per_level``).
+        split: ``"train"`` (default: the games of the seeds above, ids
+            ``<family>-L<level>-s<seed>``), ``"valid"`` or ``"test"``: held-out games, each seed
+            replaced by one derived from ``(seed, split)``, ids ``<split>/<family>-L<level>-s<seed>``
+            with the derived seed (generated games only).
         game_files: play these ``.z8`` files (each with its ``.json`` beside it) instead.
         cache_dir: where generated games are kept (default: ``$BUDGET_ENVS_CACHE/textworld`` or
             the user cache dir); games are made the first time they are played.
@@ -163,6 +175,7 @@ class TextWorldEnv(TextAgentEnv):
     native_snapshot: ClassVar[bool] = True
     family_fault_cells: ClassVar[dict[str, tuple[str, str]]] = {
         "perturb": ("explicit", "transient"),
+        "phantom": ("silent", "transient"),
     }
     default_max_action_length: ClassVar[int] = 4096
     default_max_observation_length: ClassVar[int] = 16384
@@ -173,6 +186,7 @@ class TextWorldEnv(TextAgentEnv):
         level: int | Sequence[int] | None = None,
         tasks_per_level: int | None = None,
         seeds: Sequence[int] | None = None,
+        split: str = "train",
         game_files: Sequence[str | os.PathLike] | None = None,
         cache_dir: str | os.PathLike | None = None,
         generation_timeout: float = 300.0,
@@ -203,7 +217,12 @@ class TextWorldEnv(TextAgentEnv):
         self.oracle_max_states = int(oracle_max_states)
         self._files: dict[str, Path] = {}
         self._specs: dict[str, gen.GameSpec] = {}
+        self.split = check_split(split)
         if game_files is not None:
+            if self.split != "train":
+                raise ValueError(
+                    f"split={self.split!r} selects generated games; game_files= plays given files"
+                )
             if level is not None:
                 raise ValueError(f"pass either level= or game_files=, not both (level={level!r})")
             self._ids = self._file_tasks(game_files)
@@ -256,10 +275,12 @@ class TextWorldEnv(TextAgentEnv):
         for lv in levels:
             gen.level_settings(self.family, lv)  # raises ValueError on a bad level
         ids = []
+        prefix = "" if self.split == "train" else f"{self.split}/"
         for lv in levels:
             for s in seed_list:
+                s = split_seed(s, self.split)
                 spec = gen.GameSpec(self.family, lv, s)
-                task = f"{self.family}-L{lv}-s{s}"
+                task = f"{prefix}{self.family}-L{lv}-s{s}"
                 if task in self._specs:
                     raise ValueError(f"duplicate task {task!r} from level={level!r}")
                 self._specs[task] = spec
@@ -291,6 +312,17 @@ class TextWorldEnv(TextAgentEnv):
     @property
     def task_ids(self) -> Sequence[str]:
         return self._ids
+
+    def task_identity(self, task_id: str) -> tuple:
+        """A digest of the game's world, entities, quests and objective (its ``.json`` without
+        the generator's metadata), generating the game first if it is not cached."""
+        if task_id not in self._specs and task_id not in self._files:
+            raise ValueError(f"unknown task {task_id!r}; e.g. {list(self._ids[:3])!r}")
+        data = json.loads(self.game_path(task_id).with_suffix(".json").read_text())
+        blob = json.dumps(
+            {k: data.get(k) for k in ("world", "infos", "quests", "objective")}, sort_keys=True
+        )
+        return ("textworld", hashlib.sha256(blob.encode()).hexdigest())
 
     def task_level(self, task_id: str) -> int | None:
         """The level of a generated ``task_id`` (None for a game file), the stratum of
@@ -471,12 +503,18 @@ class TextWorldEnv(TextAgentEnv):
 
     # ------------------------------------------------------------------ faults
     def fault_kinds(self) -> tuple[str, ...]:
-        return ("perturb",)
+        return ("perturb", "phantom")
 
     def _fault(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
         """``perturb``: the agent's action is handled as usual, then the world changes under the
         player: a carried object is dropped and the player stumbles through a random exit (both
-        real game moves, so tracking stays exact)."""
+        real game moves, so tracking stays exact).
+
+        ``phantom`` (silent): the action's usual feedback is shown but the action did not happen
+        (the game is rolled back to before it). An action that ends the game is left to stand:
+        its feedback could not be shown without its end."""
+        if kind == "phantom":
+            return self._phantom(action)
         obs, reward, invalid = self._attempt(action)
         executed = None if invalid else action
         parts = [obs]
@@ -502,6 +540,16 @@ class TextWorldEnv(TextAgentEnv):
         return FaultOutcome(
             "\n\n".join(parts), "world" if changed else "none", executed, reward, invalid
         )
+
+    def _phantom(self, action: Any) -> FaultOutcome:
+        if self.replaying:  # the turn left no trace in the game
+            return FaultOutcome("", "dropped")
+        snap = self.snapshot()
+        obs, reward, invalid = self._attempt(action)
+        if invalid or self.won or self.lost:
+            return FaultOutcome(obs, "none", None if invalid else action, reward, invalid)
+        self.restore(snap)
+        return FaultOutcome(obs, "dropped")
 
     # ------------------------------------------------------------------ forking
     def _snapshot_state(self) -> _Native:

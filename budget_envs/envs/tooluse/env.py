@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from budget_envs._util import check_int, check_levels
+from budget_envs._util import check_int, check_levels, check_split, split_seed
 from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.envs.tooluse import oracle as orc
 from budget_envs.envs.tooluse.tasks import DECLINE_NOTE, LEVELS, Task, make_task
@@ -76,6 +76,9 @@ class ToolUseEnv(TextAgentEnv):
         level: 1 (3-4 calls) to 5 (about 25-45 calls), a list of levels, or None for every level.
         tasks_per_level: how many task ids each level lists.
         world_seed: the seed of the generated world (customers, orders, products).
+        split: ``"train"`` (default: the world of ``world_seed``, ids ``L<level>-<index>``),
+            ``"valid"`` or ``"test"``: held-out tasks in their own world, drawn from a seed
+            derived from ``(world_seed, split)``, ids ``<split>/L<level>-<index>``.
         render_mode, max_action_length, max_observation_length: see :class:`TextAgentEnv`.
 
     Example:
@@ -110,6 +113,7 @@ class ToolUseEnv(TextAgentEnv):
         level: int | Sequence[int] | None = None,
         tasks_per_level: int = 5000,
         world_seed: int = 0,
+        split: str = "train",
         render_mode: str | None = None,
         max_action_length: int | None = None,
         max_observation_length: int | None = None,
@@ -121,7 +125,11 @@ class ToolUseEnv(TextAgentEnv):
         )
         self.levels = check_levels(level, sorted(LEVELS))
         self.tasks_per_level = check_int("tasks_per_level", tasks_per_level, lo=1, hi=10**6)
-        self.world_seed = check_int("world_seed", world_seed, lo=0, hi=2**32 - 1)
+        self.split = check_split(split)
+        #: The seed of the world this env plays (``world_seed`` itself on the train split).
+        self.world_seed = split_seed(
+            check_int("world_seed", world_seed, lo=0, hi=2**32 - 1), self.split
+        )
         self._task_list: list[str] | None = None
         self._world: World | None = None
         self._conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
@@ -140,14 +148,22 @@ class ToolUseEnv(TextAgentEnv):
         if self._task_list is None:
             levels = self.levels
             width = max(5, len(str(self.tasks_per_level - 1)))
+            prefix = "" if self.split == "train" else f"{self.split}/"
             self._task_list = [
-                f"L{lv}-{i:0{width}d}" for lv in levels for i in range(self.tasks_per_level)
+                f"{prefix}L{lv}-{i:0{width}d}" for lv in levels for i in range(self.tasks_per_level)
             ]
         return self._task_list
 
+    def task_identity(self, task_id: str) -> tuple:
+        """The world's seed and the ticket's requests (customers, orders, operations)."""
+        if task_id not in self._task_index():
+            raise ValueError(f"unknown task {task_id!r}; e.g. {list(self.task_ids[:3])!r}")
+        task = make_task(self.world, task_id)
+        return (self.world.seed, task.level, task.emails, task.given_orders, task.ops)
+
     def task_level(self, task_id: str) -> int:
         """The difficulty level of ``task_id`` (the stratum of ``budgetmix eval --tasks N``)."""
-        head = task_id.split("-", 1)[0] if isinstance(task_id, str) else ""
+        head = task_id.rpartition("/")[2].split("-", 1)[0] if isinstance(task_id, str) else ""
         if not (head[:1] == "L" and head[1:].isdigit()):
             raise ValueError(f"unknown task {task_id!r}; e.g. {list(self.task_ids[:3])!r}")
         return int(head[1:])

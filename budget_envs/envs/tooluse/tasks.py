@@ -94,8 +94,8 @@ class Task:
 
 
 def parse_task_id(task_id: str) -> tuple[int, int]:
-    """``"L3-00042"`` -> ``(3, 42)``."""
-    level, _, index = task_id.partition("-")
+    """``"L3-00042"`` -> ``(3, 42)``; a held-out split's ``"test/L3-00042"`` too."""
+    level, _, index = task_id.rpartition("/")[2].partition("-")
     return int(level[1:]), int(index)
 
 

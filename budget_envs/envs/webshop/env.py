@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from budget_envs._util import check_int, check_levels
+from budget_envs._util import check_int, check_levels, check_split, split_seed
 from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.envs.webshop.oracle import oracle
 from budget_envs.envs.webshop.scoring import SCORING_MODES
@@ -79,6 +79,11 @@ class WebShopEnv(TextAgentEnv):
             None for all five.
         tasks_per_level: how many task ids each level offers (``"L<level>-<index>"``).
         catalogue_seed: seed of the generated catalogue (the server's ``--seed``).
+        split: ``"train"`` (default: the catalogue of ``catalogue_seed``, ids
+            ``L<level>-<index>``), ``"valid"`` or ``"test"``: held-out tasks on their own
+            catalogue, whose seed is derived from ``(catalogue_seed, split)`` (``env.catalogue_seed``
+            holds it: a running server for a held-out split is started with that seed), ids
+            ``<split>/L<level>-<index>``.
         num_products: catalogue size of an own server (a running server decides its own).
         scoring: ``"exact"`` (default) or ``"webshop"`` (WebShop's fuzzy semantics).
         base_url: a running shop server (``budgetmix serve-web``); None starts one.
@@ -122,6 +127,7 @@ class WebShopEnv(TextAgentEnv):
         level: int | Sequence[int] | None = None,
         tasks_per_level: int = 1000,
         catalogue_seed: int = 0,
+        split: str = "train",
         num_products: int = 10_000,
         scoring: str = "exact",
         base_url: str | None = None,
@@ -140,6 +146,8 @@ class WebShopEnv(TextAgentEnv):
         tasks_per_level = check_int("tasks_per_level", tasks_per_level, lo=1, hi=10_000)
         num_products = check_int("num_products", num_products, lo=1000)
         catalogue_seed = check_int("catalogue_seed", catalogue_seed)
+        self.split = check_split(split)
+        catalogue_seed = split_seed(catalogue_seed, self.split)
         if scoring not in SCORING_MODES:
             raise ValueError(f"scoring must be one of {SCORING_MODES}, got {scoring!r}")
         if base_url is not None and (
@@ -169,7 +177,10 @@ class WebShopEnv(TextAgentEnv):
         self._view = ""
         self._score = 0.0
         self._purchase: dict[str, Any] | None = None
-        self._ids = tuple(f"L{lv}-{i:04d}" for lv in levels for i in range(self.tasks_per_level))
+        prefix = "" if self.split == "train" else f"{self.split}/"
+        self._ids = tuple(
+            f"{prefix}L{lv}-{i:04d}" for lv in levels for i in range(self.tasks_per_level)
+        )
 
     # ---------------------------------------------------------------- server and HTTP
     @property
@@ -473,6 +484,25 @@ class WebShopEnv(TextAgentEnv):
             "score": self._score,
             "purchase": self._purchase,
         }
+
+    def task_identity(self, task_id: str) -> tuple:
+        """The catalogue's seed and every goal item (product, attributes, options, price bound)."""
+        if task_id not in self._task_index():
+            raise ValueError(f"unknown task {task_id!r}; e.g. {list(self.task_ids[:3])!r}")
+        task = self._tasks.get(task_id)
+        if task is None:
+            task = Task.from_dict(self._request("GET", f"/api/tasks/{task_id}"))
+            self._tasks[task_id] = task
+        items = tuple(
+            (
+                it.asin,
+                tuple(it.attributes),
+                tuple(sorted(it.goal_options.items())),
+                it.price_upper,
+            )
+            for it in task.items
+        )
+        return (self.catalogue_seed, items, task.spending_limit)
 
     def _restore_state(self, payload: dict[str, Any]) -> None:
         if self._sid is None:

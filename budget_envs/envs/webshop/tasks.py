@@ -102,7 +102,14 @@ class Task:
 
 
 def parse_task_id(task_id: str) -> tuple[int, int]:
-    """``"L3-0042"`` -> ``(3, 42)``; raises ValueError on anything else."""
+    """``"L3-0042"`` (or a held-out split's ``"test/L3-0042"``) -> ``(3, 42)``.
+
+    Raises ValueError on anything else.
+    """
+    if isinstance(task_id, str):
+        split, sep, rest = task_id.partition("/")
+        if sep and split in ("valid", "test"):
+            task_id = rest
     if not isinstance(task_id, str) or len(task_id) > 16 or not task_id.startswith("L"):
         raise ValueError(f"bad task id {task_id!r}; expected e.g. 'L1-0000'")
     head, _, tail = task_id[1:].partition("-")
