@@ -13,7 +13,7 @@ import gymnasium as gym
 from budget_envs.core import TextAgentEnv
 from budget_envs.eval.agents import AgentError
 from budget_envs.eval.runner.plan import EpisodeJob, default_t_max, make_env
-from budget_envs.eval.runner.records import EpisodeRecord, obs_digest
+from budget_envs.eval.runner.records import EpisodeRecord, episode_job_fields, obs_digest
 
 __all__ = ["agrees", "run_episode", "transcript"]
 
@@ -95,16 +95,7 @@ class EpisodeLog:
         summary = info.get("episode_summary") or {}
         first = summary.get("first_success_turn") if error is None else None
         return EpisodeRecord(
-            env_id=job.env_id,
-            task_id=job.task_id,
-            task_index=job.task_index,
-            sample=job.sample,
-            seed=job.seed,
-            budget=job.budget,
-            visibility=job.visibility,
-            agent=job.agent,
-            fault_turn=job.fault_turn,
-            fault_kinds=None if job.fault_kinds is None else list(job.fault_kinds),
+            **episode_job_fields(job),
             turns=self.turns,
             won=bool(first is not None),
             first_success_turn=first,

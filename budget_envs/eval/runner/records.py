@@ -100,6 +100,22 @@ def obs_digest(obs: str) -> str:
     return hashlib.sha256(obs.encode("utf-8", "replace")).hexdigest()[:16]
 
 
+def episode_job_fields(job: EpisodeJob) -> dict[str, Any]:
+    """The fields an episode record copies from its job."""
+    return {
+        "env_id": job.env_id,
+        "task_id": job.task_id,
+        "task_index": job.task_index,
+        "sample": job.sample,
+        "seed": job.seed,
+        "budget": job.budget,
+        "visibility": job.visibility,
+        "agent": job.agent,
+        "fault_turn": job.fault_turn,
+        "fault_kinds": None if job.fault_kinds is None else list(job.fault_kinds),
+    }
+
+
 def error_record(job: EpisodeJob | ProbeJob, message: str) -> EpisodeRecord | ProbeRecord:
     """The record of a job that could not run to its end (``--resume`` runs it again)."""
     if isinstance(job, ProbeJob):
@@ -119,16 +135,7 @@ def error_record(job: EpisodeJob | ProbeJob, message: str) -> EpisodeRecord | Pr
             key=job.key,
         )
     return EpisodeRecord(
-        env_id=job.env_id,
-        task_id=job.task_id,
-        task_index=job.task_index,
-        sample=job.sample,
-        seed=job.seed,
-        budget=job.budget,
-        visibility=job.visibility,
-        agent=job.agent,
-        fault_turn=job.fault_turn,
-        fault_kinds=None if job.fault_kinds is None else list(job.fault_kinds),
+        **episode_job_fields(job),
         turns=0,
         won=False,
         first_success_turn=None,
