@@ -12,7 +12,7 @@ and fault settings are paired.
 
 The runner is split by concern: :mod:`.plan` (plans and jobs), :mod:`.episode` and :mod:`.probe`
 (the drivers), :mod:`.worker` (per-process state, the in-process back end), :mod:`.local`
-(worker processes), :mod:`.ray_backend` (Ray tasks), :mod:`.records` (JSONL records) and
+(worker processes), :mod:`.ray_backend` (episodes on Ray env actors), :mod:`.records` (JSONL records) and
 :mod:`.run` (a whole run). Every public name is importable from here.
 """
 
