@@ -53,8 +53,8 @@ def run_plan(
 
     Args:
         workers: local processes (1 = in this process).
-        ray: ``"auto"``, ``"local"`` or a cluster address to play the episodes on Ray env actors (an already
-            initialized Ray is used as is).
+        ray: ``"auto"``, ``"local"`` or a cluster address to play the episodes on Ray env actors
+            (an already initialized Ray is used as is).
         start_method: how local workers start, ``"fork"`` (the default where it exists) or
             ``"spawn"``; the records are the same either way.
         resume: skip episodes already recorded without error; otherwise an existing non-empty
