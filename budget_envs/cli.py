@@ -877,6 +877,22 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
         bar.update(1)
         bar.set_postfix(win=f"{row.get('win_rate', float('nan')):.2f}")
 
+    stage_bars: dict[str, Any] = {}
+
+    def warm_progress(stage: str, done: int, total: int) -> None:
+        if args.quiet:
+            return
+        if stage not in stage_bars:
+            from tqdm import tqdm
+
+            unit = "ep" if stage == "collect" else "epoch"
+            stage_bars[stage] = tqdm(
+                total=total, desc=f"warm start: {stage}", unit=unit, file=sys.stderr
+            )
+        stage_bars[stage].update(done - stage_bars[stage].n)
+        if done >= total:
+            stage_bars[stage].close()
+
     common = dict(
         budget=budget,
         visibility=args.visibility,
@@ -922,6 +938,11 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
                 num_epochs=args.num_epochs,
                 resume=args.resume,
                 num_cpus=args.num_cpus,
+                warm_start_episodes=args.warm_start_episodes,
+                warm_start_epochs=args.warm_start_epochs,
+                warm_start_explore=args.warm_start_explore,
+                warm_start_lr=args.warm_start_lr,
+                warm_start_progress=warm_progress,
             )
     except (FileExistsError, FileNotFoundError, ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
@@ -1111,6 +1132,23 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--num-epochs", type=int, default=4, help="PPO epochs per batch (rllib)")
     t.add_argument("--checkpoint-every", type=int, default=5, help="iterations between checkpoints")
     t.add_argument("--num-cpus", type=int, default=2, help="CPUs of the local Ray (rllib)")
+    t.add_argument(
+        "--warm-start-episodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="first fit the policy to the oracle on N training episodes (rllib; default 0: none)",
+    )
+    t.add_argument(
+        "--warm-start-epochs", type=int, default=20, help="warm-start epochs (rllib, default 20)"
+    )
+    t.add_argument(
+        "--warm-start-explore",
+        type=float,
+        default=0.3,
+        help="share of random turns while collecting warm-start states (rllib, default 0.3)",
+    )
+    t.add_argument("--warm-start-lr", type=float, default=1e-3, help="warm-start learning rate")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
 
     d = sub.add_parser("demo", help="the main job: reference agents on every registered family")

@@ -206,3 +206,43 @@ def test_train_usage_errors_are_one_line(capsys, tmp_path):
     rc = cli.main(["train", ENV_ID, "--budget", "many", "--out", str(tmp_path / "y")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "bad --budget" in err[0]
+
+
+def test_warm_start_fits_the_oracle_and_plays_in_eval(tmp_path):
+    out = tmp_path / "warm"
+    args = _train_args(out, 0)
+    proc = _cli(*args, "--warm-start-episodes", "60", "--warm-start-epochs", "6")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    meta = json.loads((out / "policy.json").read_text())
+    ws = meta["warm_start"]
+    assert ws["episodes"] == 60 and ws["states"] > 60
+    assert meta["settings"]["warm_start_episodes"] == 60
+    with (out / "warm_start.csv").open() as f:
+        fit = list(csv.DictReader(f))
+    assert [r["epoch"] for r in fit] == [str(i) for i in range(1, 7)]
+    assert float(fit[-1]["loss"]) < float(fit[0]["loss"])
+    assert float(fit[-1]["accuracy"]) > float(fit[0]["accuracy"])
+    assert not (out / "metrics.csv").exists() or not _rows(out)
+    run = tmp_path / "eval"
+    proc = _eval(out, run)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {r["agent"] for r in load_records(run)} >= {"p"}
+    # resuming PPO from the warm start keeps its record and does not redo it
+    proc = _cli(*_train_args(out, 1), "--warm-start-episodes", "60", "--resume")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((out / "policy.json").read_text())["warm_start"] == ws
+    assert [r["iteration"] for r in _rows(out)] == ["1"]
+
+
+def test_demonstrations_are_labelled_by_the_oracle():
+    from budget_envs.integrations import rllib_warmstart as ws
+
+    config = {"env_id": ENV_ID, "budget": 12, "max_actions": 256, "env_kwargs": TRAIN_KW}
+    demos = ws.collect_demonstrations(config, episodes=6, explore=0.0, seed=3)
+    again = ws.collect_demonstrations(config, episodes=6, explore=0.0, seed=3)
+    assert len(demos) > 6 and demos.summary() == again.summary()
+    assert demos.wins == 6  # explore=0 plays the oracle: every episode is won
+    for state, target in zip(demos.states, demos.targets):
+        n = len(target)
+        assert target.any() and state["action_mask"].shape == (n,)
+        assert state["action_mask"].sum() == n

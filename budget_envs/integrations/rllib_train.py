@@ -131,9 +131,21 @@ def train(
     checkpoint_every: int = 5,
     resume: bool = False,
     num_cpus: int = 2,
+    warm_start_episodes: int = 0,
+    warm_start_epochs: int = 20,
+    warm_start_explore: float = 0.3,
+    warm_start_lr: float = 1e-3,
     progress: Callable[[int, int, dict[str, float]], None] | None = None,
+    warm_start_progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Train PPO on ``env_id`` for ``iterations`` iterations (in total, counting resumed ones).
+
+    With ``warm_start_episodes > 0`` the policy is first fitted to the env's oracle on that many
+    training episodes (:mod:`budget_envs.integrations.rllib_warmstart`: ``warm_start_explore``
+    random turns, ``warm_start_epochs`` epochs at ``warm_start_lr``), checkpointed as iteration
+    0, then PPO runs from it; ``iterations=0`` keeps the warm-started policy alone. The warm start
+    is written to ``warm_start.csv`` and ``policy.json`` and is not redone on ``--resume``.
+    ``warm_start_progress(stage, done, total)`` reports it (stages ``"collect"``, ``"fit"``).
 
     ``progress(iteration, iterations, row)`` is called after every iteration. Starts a local Ray
     with ``num_cpus`` CPUs unless one is running, and shuts it down after. Returns
@@ -147,9 +159,11 @@ def train(
 
     rl._require()
     for name, value, low in (
-        ("iterations", iterations, 1),
+        ("iterations", iterations, 0 if warm_start_episodes else 1),
         ("checkpoint_every", checkpoint_every, 1),
         ("num_cpus", num_cpus, 1),
+        ("warm_start_episodes", warm_start_episodes, 0),
+        ("warm_start_epochs", warm_start_epochs, 1),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
@@ -190,6 +204,10 @@ def train(
         "process_reward": process_reward,
         "process_max_cost": process_max_cost,
         "seed": seed,
+        "warm_start_episodes": warm_start_episodes,
+        "warm_start_epochs": warm_start_epochs,
+        "warm_start_explore": warm_start_explore,
+        "warm_start_lr": warm_start_lr,
     }
     meta = {
         "trainer": "rllib",
@@ -230,6 +248,23 @@ def train(
         try:
             if resume:
                 algo.restore_from_path(str(ckpt.resolve()))
+                old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+                if "warm_start" in old:
+                    meta["warm_start"] = old["warm_start"]
+            elif warm_start_episodes:
+                meta["warm_start"] = _warm_start(
+                    algo,
+                    env_config,
+                    out,
+                    features,
+                    episodes=warm_start_episodes,
+                    epochs=warm_start_epochs,
+                    explore=warm_start_explore,
+                    lr=warm_start_lr,
+                    seed=seed,
+                    progress=warm_start_progress,
+                )
+                algo.save_to_path(str(ckpt.resolve()))
             meta_path.write_text(json.dumps(meta, indent=2) + "\n")
             done = len(rows)
             for it in range(done + 1, iterations + 1):
@@ -264,6 +299,67 @@ def train(
         "rows": rows,
         "wall_s": rows[-1]["wall_s"] if rows else 0.0,
         "curve": str(curve) if plotted else None,
+    }
+
+
+def _warm_start(
+    algo: Any,
+    env_config: Mapping[str, Any],
+    out: Path,
+    features: Mapping[str, Any],
+    *,
+    episodes: int,
+    epochs: int,
+    explore: float,
+    lr: float,
+    seed: int,
+    progress: Callable[[str, int, int], None] | None,
+) -> dict[str, Any]:
+    """Fit the learner's module to oracle labels and push it to the env runners."""
+    from ray.rllib.core import DEFAULT_MODULE_ID
+
+    from budget_envs.integrations import rllib_warmstart as ws
+
+    start = time.perf_counter()
+    demos = ws.collect_demonstrations(
+        env_config,
+        episodes=episodes,
+        explore=explore,
+        seed=seed,
+        progress=None if progress is None else (lambda d, t: progress("collect", d, t)),
+    )
+    import gymnasium as gym
+
+    from budget_envs.integrations.rllib_features import FeatureSpec
+
+    spec = FeatureSpec.from_dict(features)
+    spaces = {DEFAULT_MODULE_ID: (spec.observation_space(), gym.spaces.Discrete(spec.max_actions))}
+    module = algo.config.get_rl_module_spec(spaces=spaces).build()
+    module.set_state(algo.learner_group.get_weights()[DEFAULT_MODULE_ID])
+    fit = ws.pretrain(
+        module,
+        demos,
+        epochs=epochs,
+        lr=lr,
+        seed=seed,
+        progress=None if progress is None else (lambda e, t, _row: progress("fit", e, t)),
+    )
+    algo.learner_group.set_weights({DEFAULT_MODULE_ID: module.get_state()})
+    algo.env_runner_group.sync_weights(
+        from_worker_or_learner_group=algo.learner_group, inference_only=True
+    )
+    with (out / "warm_start.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["epoch", "loss", "accuracy"])
+        writer.writeheader()
+        for row in fit:
+            writer.writerow(
+                {"epoch": int(row["epoch"]), **{k: row[k] for k in ("loss", "accuracy")}}
+            )
+    return {
+        **demos.summary(),
+        "final_loss": fit[-1]["loss"],
+        "final_accuracy": fit[-1]["accuracy"],
+        "wall_s": round(time.perf_counter() - start, 1),
     }
 
 
