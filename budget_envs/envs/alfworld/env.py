@@ -94,6 +94,9 @@ class AlfWorldEnv(TextAgentEnv):
             (default) keeps the split's default set (600 / 240 / 240 generated tasks over all
             types, every game of a real dataset).
         task_types: the same selection as ``level`` by names (or ids); pass one of the two.
+        max_receptacles: generated tasks only: keep scenes with at most this many receptacles
+            (the smallest have 10, the largest 45), e.g. small scenes for CPU training; counted
+            before ``tasks_per_level``. Not available with a real dataset.
         data_dir: a real ALFWorld data root (holding ``json_2.1.1/``) or a split folder.
         cache_dir: where generated tasks are written (default :func:`default_cache_dir`).
         n_tasks: deprecated (use ``tasks_per_level``): generated tasks of the split over all
@@ -125,6 +128,7 @@ class AlfWorldEnv(TextAgentEnv):
         level: int | Sequence[int] | None = None,
         tasks_per_level: int | None = None,
         task_types: Sequence[int | str] | None = None,
+        max_receptacles: int | None = None,
         data_dir: str | os.PathLike | None = None,
         cache_dir: str | os.PathLike | None = None,
         n_tasks: int | None = None,
@@ -166,6 +170,9 @@ class AlfWorldEnv(TextAgentEnv):
                 )
         if tasks_per_level is not None:
             tasks_per_level = check_int("tasks_per_level", tasks_per_level, lo=1)
+        if max_receptacles is not None:
+            max_receptacles = check_int("max_receptacles", max_receptacles, lo=1)
+        self.max_receptacles = max_receptacles
         names = list(generate.TASK_TYPES.values())
         if level is not None:
             if task_types is not None:
@@ -203,6 +210,11 @@ class AlfWorldEnv(TextAgentEnv):
                 Path(os.environ["ALFWORLD_DATA"]).expanduser(), split, explicit=False
             )
         self.source = "generated" if self._split_dir is None else "real"
+        if max_receptacles is not None and self._split_dir is not None:
+            raise ValueError(
+                f"max_receptacles={max_receptacles!r} selects generated scenes; a real dataset "
+                f"({str(self._split_dir)!r}) cannot be filtered by it"
+            )
         self.cache_dir = cache_root("alfworld", cache_dir)
         self._ids: list[str] | None = None
         self._paths: dict[str, str] = {}
@@ -257,10 +269,15 @@ class AlfWorldEnv(TextAgentEnv):
                         s
                         for s in generate.task_specs(self.split, self._n_tasks)
                         if s.task_type in self.task_types
+                        and (
+                            self.max_receptacles is None or s.n_receptacles <= self.max_receptacles
+                        )
                     ]
                 else:
                     specs = list(
-                        generate.select_specs(self.split, self.task_types, self.tasks_per_level)
+                        generate.select_specs(
+                            self.split, self.task_types, self.tasks_per_level, self.max_receptacles
+                        )
                     )
                 self._specs = {s.task_id: s for s in specs}
                 self._ids = [s.task_id for s in specs]

@@ -388,29 +388,43 @@ def task_specs(split: str, n: int) -> tuple[TaskSpec, ...]:
 
 
 def select_specs(
-    split: str, task_types: tuple[str, ...], tasks_per_level: int | None = None
+    split: str,
+    task_types: tuple[str, ...],
+    tasks_per_level: int | None = None,
+    max_receptacles: int | None = None,
 ) -> tuple[TaskSpec, ...]:
     """The generated tasks of ``split`` whose type is in ``task_types``.
 
     ``tasks_per_level=None``: the split's default set (:data:`DEFAULT_TASKS`) filtered by type.
     Otherwise the first ``tasks_per_level`` tasks of each type in index order (so a larger count
-    extends a smaller one). Either way ordered small scenes first, as :func:`task_specs`.
+    extends a smaller one). ``max_receptacles`` keeps only scenes with at most that many
+    receptacles (the smallest scenes have 10), counted before ``tasks_per_level``. Either way
+    ordered small scenes first, as :func:`task_specs`.
     """
+
+    def fits(spec: TaskSpec) -> bool:
+        return max_receptacles is None or spec.n_receptacles <= max_receptacles
+
     if tasks_per_level is None:
         return tuple(
-            s for s in task_specs(split, DEFAULT_TASKS[split]) if s.task_type in task_types
+            s
+            for s in task_specs(split, DEFAULT_TASKS[split])
+            if s.task_type in task_types and fits(s)
         )
     counts = dict.fromkeys(task_types, 0)
     picked = []
     index = 0
+    limit = 6 * 20 * tasks_per_level + 600
+    if max_receptacles is not None:
+        limit *= 40  # about one scene in twelve has at most 12 receptacles
     while any(c < tasks_per_level for c in counts.values()):
-        if index > 6 * 20 * tasks_per_level + 600:
+        if index > limit:
             raise RuntimeError(
                 f"the generator could not build {tasks_per_level} tasks of each of {task_types}"
             )
         if TASK_TYPES[1 + index % 6] in counts:  # the type is a function of the index
             spec = build_spec(split, index)
-            if spec is not None and counts[spec.task_type] < tasks_per_level:
+            if spec is not None and counts[spec.task_type] < tasks_per_level and fits(spec):
                 counts[spec.task_type] += 1
                 picked.append(spec)
         index += 1
