@@ -65,6 +65,7 @@ def test_arguments_are_checked(cache):
         ({"task_types": [7]}, ValueError, "type 7"),
         ({"task_types": "pick"}, TypeError, "'pick'"),
         ({"tasks_per_level": 0}, ValueError, "got 0"),
+        ({"max_receptacles": 0}, ValueError, "got 0"),
         ({"level": [1, 7]}, ValueError, r"\[1, 7\]"),
         ({"data_dir": cache / "nowhere"}, ValueError, "nowhere"),
     ]:
@@ -200,9 +201,26 @@ def test_same_seed_same_transcript_with_handcoded_expert(cache):
     assert run() == run()
 
 
+def test_max_receptacles_selects_small_scenes(cache):
+    small = AlfWorldEnv(cache_dir=cache, level=[1, 3], tasks_per_level=12, max_receptacles=12)
+    every = AlfWorldEnv(cache_dir=cache, level=[1, 3], tasks_per_level=12)
+    sizes = [small._specs[t].n_receptacles for t in small.task_ids]
+    assert len(sizes) == 24 and max(sizes) <= 12
+    assert max(every._specs[t].n_receptacles for t in every.task_ids) > 12
+    kinds = [small.task_level(t) for t in small.task_ids]
+    assert sorted(set(kinds)) == ["pick_and_place_simple", "pick_clean_then_place_in_recep"]
+    assert all(kinds.count(k) == 12 for k in set(kinds))
+    obs, info = small.reset(seed=0)
+    assert info["task_id"] in small.task_ids and obs.count(", a ") + 1 <= 12
+
+
 # ---------------------------------------------------------------------------------------- real data
 def test_real_layout_loader_via_data_dir_and_env_var(tmp_path, monkeypatch):
     prepare("valid_seen", 18, tmp_path)
+    with pytest.raises(ValueError, match="max_receptacles"):
+        AlfWorldEnv(
+            split="valid_seen", data_dir=tmp_path / generate.GENERATOR_VERSION, max_receptacles=12
+        )
     root = tmp_path / generate.GENERATOR_VERSION
     with pytest.warns(DeprecationWarning, match="tasks_per_level"):
         generated = AlfWorldEnv(split="valid_seen", cache_dir=tmp_path, n_tasks=18)
