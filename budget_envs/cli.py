@@ -206,12 +206,17 @@ class _Progress:
         self.errors = 0
 
     def start(self, total: int, skipped: int) -> None:
+        """Open a bar for a phase of the run (a second call: the prefix probes)."""
         if not self.enabled:
             return
         from tqdm import tqdm
 
+        desc, unit = self.desc, "ep"
+        if self.bar is not None:
+            self.bar.close()
+            desc, unit = f"{self.desc} prefix probes", "probe"
         self.bar = tqdm(
-            total=total, initial=skipped, desc=self.desc, unit="ep", file=sys.stderr, leave=False
+            total=total, initial=skipped, desc=desc, unit=unit, file=sys.stderr, leave=False
         )
 
     def record(self, rec: Any) -> None:
@@ -265,14 +270,16 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     from budget_envs.eval.runner.ray_backend import RayUnavailable
 
     _check_env_ids(args.env_ids)
+    agents = _agents(
+        args.agent or ([] if args.agent_config else ["random"]),
+        args.agent_config or (),
+        args.concurrency,
+    )
+    prefix_from = _prefix_source(args, agents)
     try:
         plan = EvalPlan(
             env_ids=list(args.env_ids),
-            agents=_agents(
-                args.agent or ([] if args.agent_config else ["random"]),
-                args.agent_config or (),
-                args.concurrency,
-            ),
+            agents=agents,
             tasks=args.tasks,
             samples=args.samples,
             budgets=args.budgets,
@@ -283,6 +290,9 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             track_oracle=not args.no_oracle,
             seed=args.seed,
             env_kwargs=args.env_kwargs or {},
+            prefix_turns=args.prefix_turns or [],
+            prefix_from=prefix_from,
+            prefix_episodes=args.prefix_episodes,
         )
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None
@@ -311,15 +321,42 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         return 1
     finally:
         progress.close()
+    prefix = f", {result.prefix_total} of them prefix probes" if plan.prefix_turns else ""
     print(
         f"{result.ran} records written to {result.run_dir} ({result.skipped} already done, "
-        f"{result.errors} errors). Next: budgetmix report {result.run_dir}",
+        f"{result.errors} errors{prefix}). Next: budgetmix report {result.run_dir}",
         file=out,
     )
+    if plan.prefix_turns and not result.prefix_total:
+        print(
+            "warning: no prefix probe ran: the source agent has no failed episode longer than "
+            f"t={min(plan.prefix_turns)}",
+            file=sys.stderr,
+        )
     warning = _few_tasks_warning(load_records(result.run_dir))
     if warning:
         print(warning, file=sys.stderr)
     return 1 if result.errors else 0
+
+
+def _prefix_source(args: argparse.Namespace, agents: dict[str, str]) -> str | None:
+    """The ``prefix_from`` of the plan for ``--prefix-from``: None for ``own``, an agent's name;
+    a ``[NAME=]SPEC`` that names no agent of the run adds that reference agent to ``agents``."""
+    value = args.prefix_from
+    if value is None or value == "own":
+        return None
+    if not args.prefix_turns:
+        raise UsageError("--prefix-from needs --prefix-turns (the prefix lengths t to replay)")
+    if value in agents:
+        return value
+    (name, spec), *_ = _agents([value], concurrency=args.concurrency).items()
+    if name in agents and agents[name] != spec:
+        raise UsageError(
+            f"--prefix-from {value!r}: the name {name!r} is an --agent with another spec "
+            f"({agents[name]!r}); give the reference agent another name with NAME=SPEC"
+        )
+    agents[name] = spec
+    return name
 
 
 # ---------------------------------------------------------------------- report / compare
@@ -380,7 +417,8 @@ def cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
         return 2
     for c in results:
         print(c.text, file=out)
-    print(f"Wrote {out_dir / 'compare.md'} and {out_dir / 'difference.csv'}", file=out)
+    extra = f", {out_dir / 'prefix_difference.csv'}" if any(c.prefix for c in results) else ""
+    print(f"Wrote {out_dir / 'compare.md'}, {out_dir / 'difference.csv'}{extra}", file=out)
     return 0
 
 
@@ -1026,6 +1064,29 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="single-step probes from the first N oracle-prefix states",
+    )
+    e.add_argument(
+        "--prefix-turns",
+        type=_ints,
+        default=None,
+        metavar="T1,T2",
+        help="prefix probes: replay the first t turns of failed episodes, then each agent plays "
+        "the remaining T - t turns (e.g. 2,4; off by default)",
+    )
+    e.add_argument(
+        "--prefix-from",
+        default=None,
+        metavar="own|NAME|[NAME=]SPEC",
+        help="whose failed episodes are replayed: own (default: each agent its own), an --agent's "
+        "name, or a reference agent's spec such as random or eps=oracle:epsilon=0.3 (added to "
+        "the run); the same source for every agent is what compare pairs",
+    )
+    e.add_argument(
+        "--prefix-episodes",
+        type=int,
+        default=20,
+        metavar="N",
+        help="failed episodes replayed per env and source, spread over the tasks (default 20)",
     )
     e.add_argument(
         "--no-oracle", action="store_true", help="do not record per-turn oracle agreement"

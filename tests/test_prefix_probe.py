@@ -31,6 +31,7 @@ def test_episode_records_keep_actions_digests_costs_and_stop_reason(failed_run):
     assert eps
     for r in eps:
         assert len(r["actions"]) == len(r["obs_digests"]) == len(r["costs"]) == r["turns"]
+        assert len(r["state_hashes"]) == r["turns"] and all(r["state_hashes"])
         assert r["stop_reason"] in ("won", "lost", "budget")
         assert (r["stop_reason"] == "won") == r["won"]
 
@@ -45,6 +46,8 @@ def test_the_replayed_prefix_reaches_the_recorded_state_and_the_agent_plays_on(f
     assert all(p.reached for p in out)
     for p, (rec, t) in zip(out, jobs):
         assert p.prefix_turns == t and p.source == rec["agent"]
+        assert p.state_hash is not None and p.state_hash == rec["state_hashes"][t - 1]
+        assert p.source_key == rec["key"]
         assert p.turns <= rec["budget"]
         assert p.stop_reason in ("won", "lost", "budget")
         assert p.won == (p.stop_reason == "won")
@@ -63,6 +66,11 @@ def test_a_tampered_prefix_does_not_count_as_reached(failed_run):
     (probe,) = prefix_probe([bad], {"oracle": "oracle"}, [t], env_kwargs={"level": 2})
     assert not probe.reached and not probe.won
     assert prefix_table([vars(probe)]) == []
+    # A state hash that differs at turn t is not the recorded state either.
+    bad = dict(rec)
+    bad["state_hashes"] = ["f" * 32] * len(rec["state_hashes"])
+    (probe,) = prefix_probe([bad], {"oracle": "oracle"}, [t], env_kwargs={"level": 2})
+    assert not probe.reached and probe.state_hash == rec["state_hashes"][t - 1]
 
 
 def test_intervals_and_bins():

@@ -29,8 +29,10 @@ __all__ = [
     "pass_at_kt",
     "pass_at_kt_per_task",
     "CellRecoveryRow",
+    "PrefixDiffRow",
     "PrefixRow",
     "damage_bin",
+    "prefix_difference",
     "prefix_table",
     "recovery_by_cell",
     "recovery_table",
@@ -524,4 +526,118 @@ def prefix_table(records: Sequence[Any], by: str = "both") -> list[PrefixRow]:
         rows.append(
             PrefixRow(env_id, agent, source, t, d, len(group), wins / len(group), low, high)
         )
+    return rows
+
+
+@dataclass
+class PrefixDiffRow:
+    """B's success minus A's after the same failed prefixes (same source episode and t), with a
+    paired bootstrap interval over tasks. ``prefix_turns`` is -1 and ``damage`` ``"all"`` on
+    the row over every probe pair; a by-t row has damage ``"all"``, a by-damage row t -1."""
+
+    env_id: str
+    source: str
+    prefix_turns: int
+    damage: str
+    pairs: int
+    tasks: int
+    success_a: float
+    success_b: float
+    diff: float
+    low: float
+    high: float
+
+
+def _prefix_probes(records: Sequence[Any], agent: str, visibility: str | None) -> dict:
+    out = {}
+    for r in records:
+        if _get(r, "record") != "prefix" or _get(r, "agent") != agent:
+            continue
+        if visibility is not None and _get(r, "visibility", "hidden") != visibility:
+            continue
+        if _get(r, "error") or not _get(r, "reached"):
+            continue
+        key = (
+            str(_get(r, "env_id")),
+            str(_get(r, "source_key")),
+            int(_get(r, "prefix_turns")),
+            str(_get(r, "prefix_digest")),
+        )
+        out[key] = r
+    return out
+
+
+def prefix_difference(
+    records_a: Sequence[Any],
+    records_b: Sequence[Any],
+    *,
+    agent_a: str,
+    agent_b: str,
+    visibility_a: str | None = None,
+    visibility_b: str | None = None,
+    env_id: str | None = None,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> list[PrefixDiffRow]:
+    """B minus A on the prefix probes both agents played on the same failed prefixes.
+
+    A pair is a probe of ``agent_a`` in ``records_a`` and one of ``agent_b`` in ``records_b``
+    of the same source episode (``source_key``), the same t and the same replayed actions
+    (``prefix_digest``), both reached and error-free. Per task, the difference is B's success
+    rate minus A's over the task's pairs; rows average it over tasks, with the percentile
+    bootstrap of :func:`bootstrap_pass_at_kt` over tasks (the paired draws the Pass@(K,T)
+    comparison uses), by t and by the prefix's damage bin (:func:`damage_bin`), per env and
+    source agent.
+    """
+    pa = _prefix_probes(records_a, agent_a, visibility_a)
+    pb = _prefix_probes(records_b, agent_b, visibility_b)
+    groups: dict[tuple[str, str], list[tuple[Any, Any]]] = {}
+    for key in sorted(set(pa) & set(pb)):
+        if env_id is not None and key[0] != env_id:
+            continue
+        a, b = pa[key], pb[key]
+        groups.setdefault((key[0], str(_get(a, "source"))), []).append((a, b))
+    rows = []
+    for (env, source), pairs in sorted(groups.items()):
+        columns: list[tuple[int, str, list[tuple[Any, Any]]]] = [(-1, "all", pairs)]
+        for t in sorted({int(_get(a, "prefix_turns")) for a, _ in pairs}):
+            columns.append((t, "all", [p for p in pairs if int(_get(p[0], "prefix_turns")) == t]))
+        bins = ["0", "1-2", "3-5", "6+", "lost", "?"]
+        for d in bins:
+            mine = [p for p in pairs if damage_bin(_get(p[0], "damage")) == d]
+            if mine:
+                columns.append((-1, d, mine))
+        for t, d, mine in columns:
+            by_task: dict[str, list[tuple[float, float]]] = {}
+            for a, b in mine:
+                by_task.setdefault(str(_get(a, "task_id")), []).append(
+                    (float(bool(_get(a, "won"))), float(bool(_get(b, "won"))))
+                )
+            per_a = np.array([np.mean([x for x, _ in v]) for _, v in sorted(by_task.items())])
+            per_b = np.array([np.mean([y for _, y in v]) for _, v in sorted(by_task.items())])
+            mean, low, high = bootstrap_pass_at_kt(
+                None,
+                [1],
+                [1],
+                n_boot=n_boot,
+                confidence=confidence,
+                seed=seed,
+                per_task=(per_b - per_a).reshape(-1, 1, 1),
+            )
+            rows.append(
+                PrefixDiffRow(
+                    env_id=env,
+                    source=source,
+                    prefix_turns=t,
+                    damage=d,
+                    pairs=len(mine),
+                    tasks=len(by_task),
+                    success_a=float(per_a.mean()),
+                    success_b=float(per_b.mean()),
+                    diff=float(mean[0, 0]),
+                    low=float(low[0, 0]),
+                    high=float(high[0, 0]),
+                )
+            )
     return rows

@@ -21,6 +21,7 @@ from budget_envs.eval.metrics import (
     bootstrap_pass_at_kt,
     first_success_matrix,
     pass_at_kt_per_task,
+    prefix_difference,
     prefix_table,
     recovery_by_cell,
     recovery_table,
@@ -206,7 +207,8 @@ def write_report(
     errors = [r for r in records if r.get("error")]
     md += [
         f"{len(episodes)} episodes, {sum(1 for r in records if r.get('record') == 'probe')} "
-        f"single-step probes, {len(errors)} errors.",
+        f"single-step probes, {sum(1 for r in records if r.get('record') == 'prefix')} prefix "
+        f"probes, {len(errors)} errors.",
         "",
         "## Pass@(K,T)",
         "",
@@ -538,6 +540,8 @@ class Comparison:
     high: np.ndarray
     holds_from: dict[int, int | None]
     text: str = ""
+    #: B minus A after the same failed prefixes (:func:`~budget_envs.eval.metrics.prefix_difference`).
+    prefix: list[Any] = field(default_factory=list)
 
 
 def _pick(surfaces: list[GroupSurface], env_id: str, agent: str | None) -> GroupSurface | None:
@@ -571,6 +575,10 @@ def compare_runs(
     "holds" at (K,T) when the interval's lower end is above 0. ``holds_from[K]`` is the smallest
     T from which it holds at every larger T of the shared range (None when it does not hold at
     the largest T); below it the gain has vanished.
+
+    When both runs hold prefix probes of the two agents on the same failed prefixes (the same
+    source episodes and t), the comparison adds B's success minus A's after them, with the same
+    paired bootstrap over tasks, by t and by the prefix's damage (``prefix``).
     """
     surf_a = group_surfaces(records_a, n_boot=1, seed=seed)
     surf_b = group_surfaces(records_b, n_boot=1, seed=seed)
@@ -618,6 +626,18 @@ def compare_runs(
             else:
                 below = ts[ts.index(hf) - 1]
                 lines.append(f"  K={k}: {top}; holds for T >= {hf}, vanishes at T = {below}")
+        prefix = prefix_difference(
+            records_a,
+            records_b,
+            agent_a=a.agent,
+            agent_b=b.agent,
+            visibility_a=a.visibility,
+            visibility_b=b.visibility,
+            env_id=env_id,
+            n_boot=n_boot,
+            seed=seed,
+        )
+        lines += _prefix_lines(prefix, records_a, records_b, env_id, a, b)
         comp = Comparison(
             env_id=env_id,
             label_a=a.label,
@@ -630,11 +650,55 @@ def compare_runs(
             high=high,
             holds_from=holds_from,
             text="\n".join(lines),
+            prefix=prefix,
         )
         results.append(comp)
     if out_dir is not None:
         _write_comparison(results, Path(out_dir), figures)
     return results
+
+
+def _prefix_lines(
+    rows: list[Any],
+    records_a: Sequence[dict[str, Any]],
+    records_b: Sequence[dict[str, Any]],
+    env_id: str,
+    a: GroupSurface,
+    b: GroupSurface,
+) -> list[str]:
+    """The compare text about success after the same failed prefixes (or why there is none)."""
+
+    def probed(records: Sequence[dict[str, Any]], agent: str) -> bool:
+        return any(
+            r.get("record") == "prefix" and r["env_id"] == env_id and r["agent"] == agent
+            for r in records
+        )
+
+    if not rows:
+        if probed(records_a, a.agent) and probed(records_b, b.agent):
+            return [
+                "  after a failed prefix: no prefix probed by both agents (pairs need the same "
+                "source episode and t: run both with --prefix-from the same source agent)"
+            ]
+        return []
+
+    def cell(r: Any) -> str:
+        return f"{r.diff:+.3f} [{r.low:+.3f}, {r.high:+.3f}]"
+
+    lines = []
+    for source in sorted({r.source for r in rows}):
+        mine = [r for r in rows if r.source == source]
+        top = mine[0]
+        lines.append(
+            f"  after a failed prefix of {source}: success {top.success_b:.3f} (B) vs "
+            f"{top.success_a:.3f} (A), B - A {cell(top)} ({top.pairs} paired probes, "
+            f"{top.tasks} tasks)"
+        )
+        by_t = [r for r in mine if r.prefix_turns >= 0]
+        by_d = [r for r in mine if r.damage != "all"]
+        lines.append("    by t: " + "; ".join(f"t={r.prefix_turns}: {cell(r)}" for r in by_t))
+        lines.append("    by damage: " + "; ".join(f"{r.damage}: {cell(r)}" for r in by_d))
+    return lines
 
 
 def _write_comparison(results: list[Comparison], out: Path, figures: bool) -> None:
@@ -658,6 +722,9 @@ def _write_comparison(results: list[Comparison], out: Path, figures: bool) -> No
                             int(c.low[i, j] > 0),
                         ]
                     )
+    prefix_rows = [{"A": c.label_a, "B": c.label_b, **asdict(r)} for c in results for r in c.prefix]
+    if prefix_rows:
+        _write_dicts(out / "prefix_difference.csv", prefix_rows)
     md = [
         "# Comparison (B minus A)",
         "",
@@ -666,6 +733,26 @@ def _write_comparison(results: list[Comparison], out: Path, figures: bool) -> No
     ]
     for c in results:
         md += ["```", c.text, "```", ""]
+    if prefix_rows:
+        md += [
+            "## After a failed prefix",
+            "",
+            "B's success minus A's after the same failed prefixes (the same source episode, the "
+            "first t turns replayed), per task then averaged over tasks, with the 95% paired "
+            "bootstrap over tasks; by t and by the prefix's damage in oracle turns.",
+            "",
+            "| env | A | B | prefix of | t | damage | pairs | tasks | A success | B success | "
+            "B - A | 95% interval |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in prefix_rows:
+            t = "all" if r["prefix_turns"] < 0 else r["prefix_turns"]
+            md.append(
+                f"| {r['env_id']} | {r['A']} | {r['B']} | {r['source']} | {t} | {r['damage']} | "
+                f"{r['pairs']} | {r['tasks']} | {r['success_a']:.3f} | {r['success_b']:.3f} | "
+                f"{r['diff']:+.3f} | [{r['low']:+.3f}, {r['high']:+.3f}] |"
+            )
+        md.append("")
     if figures and results:
         Figure = _figure_module()
         for c in results:

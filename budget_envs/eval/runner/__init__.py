@@ -1,9 +1,9 @@
 """The evaluation runner: tasks x samples x budgets x fault settings, locally or on Ray.
 
 A run is a directory holding ``config.json`` (the plan) and ``records.jsonl`` (one JSON line per
-finished episode or single-step probe, appended and flushed as each one ends, by the driver
-only). ``resume=True`` skips every episode already recorded without an error, so a killed run
-loses nothing it finished.
+finished episode, single-step probe or prefix probe, appended and flushed as each one ends, by
+the driver only). ``resume=True`` skips every job already recorded without an error, so a
+killed run loses nothing it finished.
 
 Budget-hidden agents run once per sample at ``T_max``: the first-success turn gives every smaller
 T (see :func:`budget_envs.eval.metrics.first_success_matrix`). Budget-visible agents run once per
@@ -11,9 +11,10 @@ T. Episode seeds depend on (run seed, task, sample) only, so the episodes of dif
 and fault settings are paired.
 
 The runner is split by concern: :mod:`.plan` (plans and jobs), :mod:`.episode` and :mod:`.probe`
-(the drivers), :mod:`.worker` (per-process state, the in-process back end), :mod:`.local`
-(worker processes), :mod:`.ray_backend` (episodes on Ray env actors), :mod:`.records` (JSONL records) and
-:mod:`.run` (a whole run). Every public name is importable from here.
+(the drivers), :mod:`.prefix` (replays of failed prefixes, run after a plan's episodes),
+:mod:`.worker` (per-process state, the in-process back end), :mod:`.local` (worker processes),
+:mod:`.ray_backend` (episodes on Ray env actors), :mod:`.records` (JSONL records) and :mod:`.run`
+(a whole run). Every public name is importable from here.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from budget_envs.eval.runner.episode import agrees, run_episode, transcript
 from budget_envs.eval.runner.plan import (
     EpisodeJob,
     EvalPlan,
+    PrefixJob,
     ProbeJob,
     TaskSelection,
     default_t_max,
@@ -34,6 +36,7 @@ from budget_envs.eval.runner.records import (
     CONFIG_FILE,
     RECORDS_FILE,
     EpisodeRecord,
+    PrefixRecord,
     ProbeRecord,
     load_records,
 )
@@ -46,6 +49,8 @@ __all__ = [
     "EvalPlan",
     "RunResult",
     "TaskSelection",
+    "PrefixJob",
+    "PrefixRecord",
     "ProbeJob",
     "ProbeRecord",
     "RECORDS_FILE",

@@ -72,6 +72,7 @@ class EpisodeLog:
         self.actions: list[str] = []
         self.digests: list[str] = []
         self.costs: list[int | None] = []
+        self.hashes: list[str | None] = []
         self.turns = 0
         self.info: Mapping[str, Any] = {}
 
@@ -85,6 +86,7 @@ class EpisodeLog:
         self.actions.append(action if isinstance(action, str) else repr(action))
         self.digests.append(obs_digest(obs))
         self.costs.append(int(self.unwrapped.cost_to_go()) if self.track else None)
+        self.hashes.append(info.get("state_hash"))
         self.turns += 1
         self.info = info
 
@@ -110,6 +112,7 @@ class EpisodeLog:
             actions=self.actions,
             obs_digests=self.digests,
             costs=self.costs,
+            state_hashes=self.hashes,
         )
 
 

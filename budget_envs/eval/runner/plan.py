@@ -18,6 +18,7 @@ import numpy as np
 __all__ = [
     "EpisodeJob",
     "EvalPlan",
+    "PrefixJob",
     "ProbeJob",
     "TaskSelection",
     "default_t_max",
@@ -73,6 +74,55 @@ class ProbeJob:
         return f"probe|{self.env_id}|{self.agent}|{self.task_id}|t{self.prefix_turns}"
 
 
+@dataclass(frozen=True)
+class PrefixJob:
+    """A prefix probe: ``agent`` plays on after ``prefix_turns`` turns of a failed episode.
+
+    ``source`` holds the failed episode record's fields a replay needs (its key, seed, task,
+    budget, visibility, fault and per-turn actions, digests, costs and state hashes). The env
+    settings are the source episode's, so a worker builds (and shares) the same env for it.
+    """
+
+    env_id: str
+    agent: str
+    source: Mapping[str, Any]
+    prefix_turns: int
+
+    @property
+    def task_index(self) -> int:
+        return int(self.source["task_index"])
+
+    @property
+    def task_id(self) -> str:
+        return str(self.source["task_id"])
+
+    @property
+    def seed(self) -> int:
+        return int(self.source["seed"])
+
+    @property
+    def budget(self) -> int:
+        return int(self.source["budget"])
+
+    @property
+    def visibility(self) -> str:
+        return str(self.source.get("visibility", "hidden"))
+
+    @property
+    def fault_turn(self) -> int | None:
+        turn = self.source.get("fault_turn")
+        return None if turn is None else int(turn)
+
+    @property
+    def fault_kinds(self) -> tuple[str, ...] | None:
+        kinds = self.source.get("fault_kinds")
+        return None if kinds is None else tuple(kinds)
+
+    @property
+    def key(self) -> str:
+        return f"prefix:{self.source.get('key', '')}:t{self.prefix_turns}:{self.agent}"
+
+
 @dataclass
 class EvalPlan:
     """What to evaluate.
@@ -93,6 +143,14 @@ class EvalPlan:
         track_oracle: record per-turn oracle agreement (single-step accuracy on-policy).
         seed: the run seed (episode seeds derive from it, the task and the sample).
         env_kwargs: extra constructor kwargs of the env.
+        prefix_turns: after the episodes, replay the first t turns of failed episodes for
+            each t here and let each agent play the remaining T - t turns (empty = off; see
+            :mod:`budget_envs.eval.runner.prefix`).
+        prefix_from: whose failed episodes are replayed: None = every agent its own; the name
+            of one of ``agents`` = that agent's, for every agent (the same prefixes for all,
+            which ``compare`` pairs).
+        prefix_episodes: at most this many failed episodes per env and source agent, dealt
+            round-robin over the tasks (None = all).
     """
 
     env_ids: list[str]
@@ -107,6 +165,9 @@ class EvalPlan:
     track_oracle: bool = True
     seed: int = 0
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    prefix_turns: list[int] = field(default_factory=list)
+    prefix_from: str | None = None
+    prefix_episodes: int | None = 20
 
     def __post_init__(self) -> None:
         if not self.env_ids:
@@ -138,6 +199,22 @@ class EvalPlan:
                 raise ValueError(f"fault_turns must be ints >= 1, got {self.fault_turns!r}")
         if not isinstance(self.visibility, str):
             raise TypeError(f"visibility must be a string, got {self.visibility!r}")
+        for t in self.prefix_turns:
+            if isinstance(t, bool) or not isinstance(t, int) or t < 1:
+                raise ValueError(f"prefix_turns must be ints >= 1, got {self.prefix_turns!r}")
+        if self.prefix_from is not None and self.prefix_from not in self.agents:
+            raise ValueError(
+                f"prefix_from must name one of the agents {list(self.agents)} (or be None for "
+                f"each agent's own episodes), got {self.prefix_from!r}"
+            )
+        if self.prefix_episodes is not None and (
+            isinstance(self.prefix_episodes, bool)
+            or not isinstance(self.prefix_episodes, int)
+            or self.prefix_episodes < 1
+        ):
+            raise ValueError(
+                f"prefix_episodes must be an int >= 1 or None, got {self.prefix_episodes!r}"
+            )
 
     def to_json(self) -> dict[str, Any]:
         """The plan as JSON (agents by spec or by class name)."""

@@ -1,11 +1,14 @@
 """Recovery from a failed prefix: replay the first t turns of a failed episode, let an agent play on.
 
-A failed episode record keeps its actions (and, per turn, a digest of the observation and the
-oracle cost-to-go), so its prefix can be replayed on a fresh env with the same seed, task,
-budget and faults. The replay must reach the recorded state at turn t (same observation digest
-and cost-to-go; ``reached``); the agent then plays the remaining T - t turns. Success after the
-prefix, by t and by the prefix's damage in oracle turns (cost-to-go after the prefix + t - the
-start's cost-to-go), measures recovery directly.
+A failed episode record keeps its actions (and, per turn, a digest of the observation, the
+oracle cost-to-go and ``info["state_hash"]``), so its prefix can be replayed on a fresh env with
+the same seed, task, budget and faults. The replay must reach the recorded state at turn t (same
+observation digest, cost-to-go and state hash; ``reached``); the agent then plays the remaining
+T - t turns. Success after the prefix, by t and by the prefix's damage in oracle turns
+(cost-to-go after the prefix + t - the start's cost-to-go), measures recovery directly.
+
+A plan with ``prefix_turns`` runs these probes after its episodes (:func:`plan_prefix_jobs`,
+``budgetmix eval --prefix-turns``); :func:`prefix_probe` runs them on any records in process.
 """
 
 from __future__ import annotations
@@ -13,44 +16,46 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import gymnasium as gym
 
 from budget_envs.eval.agents import AgentError
 from budget_envs.eval.runner.episode import agent_info, usage
-from budget_envs.eval.runner.records import obs_digest
+from budget_envs.eval.runner.plan import EvalPlan, PrefixJob
+from budget_envs.eval.runner.records import PrefixRecord, obs_digest, prefix_digest
 
-__all__ = ["PrefixRecord", "prefix_jobs", "prefix_probe", "run_prefix"]
+__all__ = [
+    "PrefixJob",
+    "PrefixRecord",
+    "failed_sources",
+    "plan_prefix_jobs",
+    "prefix_jobs",
+    "prefix_probe",
+    "run_prefix",
+]
+
+#: The fields of a failed episode record a replay needs (a :class:`PrefixJob` carries these).
+SOURCE_FIELDS = (
+    "env_id",
+    "key",
+    "agent",
+    "task_id",
+    "task_index",
+    "sample",
+    "seed",
+    "budget",
+    "visibility",
+    "fault_turn",
+    "fault_kinds",
+    "actions",
+    "obs_digests",
+    "costs",
+    "state_hashes",
+)
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class PrefixRecord:
-    """One prefix probe: ``agent`` plays on after ``prefix_turns`` turns of ``source``'s episode."""
-
-    env_id: str
-    task_id: str
-    task_index: int
-    seed: int
-    budget: int
-    agent: str
-    source: str
-    prefix_turns: int
-    reached: bool
-    damage: int | None
-    won: bool
-    first_success_turn: int | None
-    turns: int
-    stop_reason: str | None
-    wall_time: float
-    actions: list[str] | None = None
-    tokens: dict[str, int] | None = None
-    error: str | None = None
-    key: str = ""
-    record: str = "prefix"
 
 
 def prefix_jobs(
@@ -73,13 +78,90 @@ def prefix_jobs(
     return out
 
 
+def _usable(rec: Mapping[str, Any]) -> bool:
+    return (
+        rec.get("record", "episode") == "episode"
+        and not rec.get("error")
+        and not rec.get("won")
+        and bool(rec.get("actions"))
+    )
+
+
+def failed_sources(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    env_id: str,
+    agent: str,
+    min_turns: int = 1,
+    episodes: int | None = None,
+) -> list[Mapping[str, Any]]:
+    """The failed, error-free episodes of ``agent`` on ``env_id`` longer than ``min_turns``, in
+    a fixed order: dealt round-robin over the tasks (first samples first), so that ``episodes``
+    of them spread over as many tasks as possible (None = all of them)."""
+    mine = [
+        r
+        for r in records
+        if r["env_id"] == env_id
+        and r["agent"] == agent
+        and _usable(r)
+        and len(r["actions"]) > min_turns
+    ]
+    by_task: dict[int, list[Mapping[str, Any]]] = {}
+    for r in sorted(
+        mine,
+        key=lambda r: (
+            int(r["task_index"]),
+            int(r.get("sample", 0)),
+            int(r["budget"]),
+            -1 if r.get("fault_turn") is None else int(r["fault_turn"]),
+            str(r.get("key", "")),
+        ),
+    ):
+        by_task.setdefault(int(r["task_index"]), []).append(r)
+    out: list[Mapping[str, Any]] = []
+    depth = 0
+    while any(depth < len(v) for v in by_task.values()):
+        out += [v[depth] for _, v in sorted(by_task.items()) if depth < len(v)]
+        depth += 1
+    return out if episodes is None else out[:episodes]
+
+
+def plan_prefix_jobs(plan: EvalPlan, records: Sequence[Mapping[str, Any]]) -> list[PrefixJob]:
+    """The prefix probes of ``plan`` over the episode ``records`` of its run: for every env,
+    the source agent's failed episodes (``plan.prefix_from``, or each agent's own), at most
+    ``plan.prefix_episodes`` of them, at every t of ``plan.prefix_turns`` shorter than the
+    episode, played on by every agent of the plan."""
+    if not plan.prefix_turns:
+        return []
+    turns = sorted(set(plan.prefix_turns))
+    jobs: list[PrefixJob] = []
+    for env_id in plan.env_ids:
+        for agent in plan.agents:
+            source = agent if plan.prefix_from is None else plan.prefix_from
+            for rec in failed_sources(
+                records,
+                env_id=env_id,
+                agent=source,
+                min_turns=turns[0],
+                episodes=plan.prefix_episodes,
+            ):
+                slim = {k: rec.get(k) for k in SOURCE_FIELDS}
+                for t in turns:
+                    if t < len(rec["actions"]):
+                        jobs.append(
+                            PrefixJob(env_id=env_id, agent=agent, source=slim, prefix_turns=t)
+                        )
+    return jobs
+
+
 def run_prefix(
     rec: Mapping[str, Any], t: int, agent: Any, agent_name: str, env: gym.Env
 ) -> PrefixRecord:
     """Replay ``t`` turns of the failed episode ``rec`` on ``env`` (built like the episode's:
     same id, budget wrapper, visibility and faults), check it reached the recorded state, then
     let ``agent`` play until the episode ends. The agent is told the prefix as if it had played
-    it (``teacher_force``)."""
+    it (``teacher_force``). ``reached`` needs the recorded observation digest, cost-to-go and
+    ``state_hash`` at turn t (each when the record holds it)."""
     start = time.perf_counter()
     unwrapped = env.unwrapped
     hidden = rec.get("visibility", "hidden") == "hidden"
@@ -98,6 +180,7 @@ def run_prefix(
     first = None
     stop = None
     played: list[str] = []
+    state_hash = None
     terminated = truncated = False
     try:
         agent.reset(
@@ -115,7 +198,9 @@ def run_prefix(
             if terminated or truncated:
                 break
         digests, costs = rec.get("obs_digests"), rec.get("costs")
+        hashes = rec.get("state_hashes")
         cost_t = _cost(unwrapped)
+        state_hash = info.get("state_hash")
         reached = (
             turns == t
             and not (terminated or truncated)
@@ -123,6 +208,7 @@ def run_prefix(
             and len(digests) >= t
             and digests[t - 1] == obs_digest(obs)
             and (costs is None or costs[t - 1] == cost_t)
+            and (hashes is None or hashes[t - 1] is None or hashes[t - 1] == state_hash)
         )
         if cost0 is not None and cost_t is not None:
             damage = cost_t + t - cost0 if cost_t < 10**6 else cost_t
@@ -159,6 +245,10 @@ def run_prefix(
         tokens=usage(agent),
         error=error,
         key=f"prefix:{rec.get('key', '')}:t{t}:{agent_name}",
+        visibility=str(rec.get("visibility", "hidden")),
+        source_key=str(rec.get("key", "")),
+        prefix_digest=prefix_digest(list(rec["actions"][:t])),
+        state_hash=state_hash,
     )
 
 

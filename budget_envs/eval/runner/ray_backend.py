@@ -5,7 +5,8 @@ The envs live in the pool's actors, one env per actor, one actor per CPU of the 
 most one per job). The driver keeps one slot per env: a thread with its own copy of the agents
 takes the next job, switches its env to the job's configuration (visibility, faults; each built
 once per actor) and plays it with the same drivers as the local back ends
-(:func:`~budget_envs.eval.runner.episode.run_episode`, :func:`~.probe.run_probe`) through
+(:func:`~budget_envs.eval.runner.episode.run_episode`, :func:`~.probe.run_probe`,
+:func:`~.prefix.run_prefix`) through
 :meth:`EnvActorPool.env`, so the records are the local runner's (wall time aside). Agents run in
 the driver (an LLM agent's requests leave from there); every env turn, oracle query and
 snapshot is one actor call.
@@ -21,7 +22,8 @@ from typing import Any
 
 from budget_envs.errors import RayUnavailable
 from budget_envs.eval.runner.episode import run_episode
-from budget_envs.eval.runner.plan import ProbeJob
+from budget_envs.eval.runner.plan import PrefixJob, ProbeJob
+from budget_envs.eval.runner.prefix import run_prefix
 from budget_envs.eval.runner.probe import run_probe
 from budget_envs.eval.runner.worker import Worker
 from budget_envs.service.ray_pool import EnvActorPool, connect_ray
@@ -94,6 +96,8 @@ def _slot(
             agent = worker.agent(job.agent)
             if isinstance(job, ProbeJob):
                 out.put(run_probe(job, agent, env))
+            elif isinstance(job, PrefixJob):
+                out.put(run_prefix(job.source, job.prefix_turns, agent, job.agent, env))
             else:
                 out.put(run_episode(job, agent, env))
     except BaseException as exc:  # handed to the driver, which re-raises it

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from budget_envs.errors import RecordsWriteError
-from budget_envs.eval.runner.plan import EpisodeJob, ProbeJob
+from budget_envs.eval.runner.plan import EpisodeJob, PrefixJob, ProbeJob
 
 __all__ = [
     "CONFIG_FILE",
     "RECORDS_FILE",
     "EpisodeRecord",
+    "PrefixRecord",
     "ProbeRecord",
     "RecordsWriter",
     "error_record",
@@ -72,6 +73,9 @@ class EpisodeRecord:
     #: after it (None without an oracle); a replayed prefix is checked against them.
     obs_digests: list[str] | None = None
     costs: list[int | None] | None = None
+    #: Per turn: ``info["state_hash"]`` after it (None where the env gives none); a replayed
+    #: prefix must reach the same hash at its turn t.
+    state_hashes: list[str | None] | None = None
 
 
 @dataclass
@@ -95,6 +99,46 @@ class ProbeRecord:
     record: str = "probe"
 
 
+@dataclass
+class PrefixRecord:
+    """One prefix probe: ``agent`` plays on after ``prefix_turns`` turns of ``source``'s failed
+    episode (``source_key``). ``reached``: the replay arrived at the recorded state at turn t
+    (observation digest, oracle cost-to-go and ``state_hash``; ``state_hash`` is the replay's).
+    ``prefix_digest`` identifies the replayed actions, so two agents' probes of the same prefix
+    can be paired (``budgetmix compare``)."""
+
+    env_id: str
+    task_id: str
+    task_index: int
+    seed: int
+    budget: int
+    agent: str
+    source: str
+    prefix_turns: int
+    reached: bool
+    damage: int | None
+    won: bool
+    first_success_turn: int | None
+    turns: int
+    stop_reason: str | None
+    wall_time: float
+    actions: list[str] | None = None
+    tokens: dict[str, int] | None = None
+    error: str | None = None
+    key: str = ""
+    record: str = "prefix"
+    visibility: str = "hidden"
+    source_key: str = ""
+    prefix_digest: str = ""
+    state_hash: str | None = None
+
+
+def prefix_digest(actions: list[str]) -> str:
+    """A short stable digest of a replayed action prefix."""
+    text = json.dumps(list(actions), separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+
+
 def obs_digest(obs: str) -> str:
     """A short stable digest of an observation (episode records keep one per turn)."""
     return hashlib.sha256(obs.encode("utf-8", "replace")).hexdigest()[:16]
@@ -116,8 +160,33 @@ def episode_job_fields(job: EpisodeJob) -> dict[str, Any]:
     }
 
 
-def error_record(job: EpisodeJob | ProbeJob, message: str) -> EpisodeRecord | ProbeRecord:
+def error_record(
+    job: EpisodeJob | ProbeJob | PrefixJob, message: str
+) -> EpisodeRecord | ProbeRecord | PrefixRecord:
     """The record of a job that could not run to its end (``--resume`` runs it again)."""
+    if isinstance(job, PrefixJob):
+        return PrefixRecord(
+            env_id=job.env_id,
+            task_id=job.task_id,
+            task_index=job.task_index,
+            seed=job.seed,
+            budget=job.budget,
+            agent=job.agent,
+            source=str(job.source.get("agent", "")),
+            prefix_turns=job.prefix_turns,
+            reached=False,
+            damage=None,
+            won=False,
+            first_success_turn=None,
+            turns=0,
+            stop_reason=None,
+            wall_time=0.0,
+            error=message,
+            key=job.key,
+            visibility=job.visibility,
+            source_key=str(job.source.get("key", "")),
+            prefix_digest=prefix_digest(list(job.source.get("actions") or [])[: job.prefix_turns]),
+        )
     if isinstance(job, ProbeJob):
         return ProbeRecord(
             env_id=job.env_id,

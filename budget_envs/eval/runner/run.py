@@ -13,6 +13,7 @@ from typing import Any
 from budget_envs.eval.runner.async_driver import preflight_agents
 from budget_envs.eval.runner.local import iter_process
 from budget_envs.eval.runner.plan import EvalPlan, plan_jobs, select_tasks
+from budget_envs.eval.runner.prefix import plan_prefix_jobs
 from budget_envs.eval.runner.ray_backend import connect, iter_ray
 from budget_envs.eval.runner.records import (
     CONFIG_FILE,
@@ -28,13 +29,15 @@ __all__ = ["RunResult", "run_plan"]
 
 @dataclass
 class RunResult:
-    """What :func:`run_plan` did."""
+    """What :func:`run_plan` did (counts cover episodes, probes and prefix probes;
+    ``prefix_total`` is the prefix probes' share of ``total``)."""
 
     run_dir: Path
     total: int
     skipped: int
     ran: int
     errors: int
+    prefix_total: int = 0
 
 
 def run_plan(
@@ -63,7 +66,10 @@ def run_plan(
     Agents with a ``preflight()`` (the chat agent) are checked first: an unusable endpoint
     raises :class:`~budget_envs.errors.PreflightError` before anything is written. Episodes of
     async agents run concurrently in each process (``concurrency`` requests in flight).
-        on_start(total, skipped) and on_record(record): progress hooks (the CLI's progress bar).
+    A plan with ``prefix_turns`` then runs its prefix probes on the failed episodes just
+    recorded (:func:`~budget_envs.eval.runner.prefix.plan_prefix_jobs`), on the same back end.
+        on_start(total, skipped) and on_record(record): progress hooks (the CLI's progress bar);
+        ``on_start`` is called once per phase: the episodes and probes, then the prefix probes.
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
@@ -93,29 +99,58 @@ def run_plan(
     skipped = len(all_jobs) - len(jobs)
     if on_start is not None:
         on_start(len(all_jobs), skipped)
+    ran = errors = 0
+    prefix_total = 0
+    with RecordsWriter(records_path) as out:
+        for phase in ("episodes", "prefix"):
+            if phase == "prefix":
+                if not plan.prefix_turns:
+                    break
+                prefix_jobs = plan_prefix_jobs(plan, load_records(run_dir))
+                jobs = [j for j in prefix_jobs if j.key not in done_keys]
+                prefix_total = len(prefix_jobs)
+                skipped += prefix_total - len(jobs)
+                if on_start is not None:
+                    on_start(prefix_total, prefix_total - len(jobs))
+            stream = _stream(plan, jobs, workers, ray, chunk, start_method)
+            try:
+                for record in stream:
+                    out.write(record)
+                    ran += 1
+                    errors += bool(record.error)
+                    if on_record is not None:
+                        on_record(record)
+            finally:
+                # Stop the back end now (a full disk, Ctrl-C): no worker runs on for nothing.
+                close = getattr(stream, "close", None)
+                if close is not None:
+                    close()
+    return RunResult(
+        run_dir=run_dir,
+        total=len(all_jobs) + prefix_total,
+        skipped=skipped,
+        ran=ran,
+        errors=errors,
+        prefix_total=prefix_total,
+    )
+
+
+def _stream(
+    plan: EvalPlan,
+    jobs: list[Any],
+    workers: int,
+    ray: str | None,
+    chunk: int | None,
+    start_method: str | None,
+) -> Any:
+    """The records of ``jobs`` from the chosen back end, as they end."""
     if chunk is None:
         parallel = workers if ray is None else 8
         chunk = max(1, min(16, math.ceil(len(jobs) / max(1, parallel * 4))))
     if ray is not None:
-        stream = iter_ray(jobs, plan.agents, plan.env_kwargs, ray, chunk)
-    elif workers > 1:
-        stream = iter_process(
+        return iter_ray(jobs, plan.agents, plan.env_kwargs, ray, chunk)
+    if workers > 1:
+        return iter_process(
             jobs, plan.agents, plan.env_kwargs, workers, chunk, start_method=start_method
         )
-    else:
-        stream = run_jobs(jobs, plan.agents, plan.env_kwargs)
-    ran = errors = 0
-    with RecordsWriter(records_path) as out:
-        try:
-            for record in stream:
-                out.write(record)
-                ran += 1
-                errors += bool(record.error)
-                if on_record is not None:
-                    on_record(record)
-        finally:
-            # Stop the back end now (a full disk, Ctrl-C): no worker runs on for nothing.
-            close = getattr(stream, "close", None)
-            if close is not None:
-                close()
-    return RunResult(run_dir=run_dir, total=len(all_jobs), skipped=skipped, ran=ran, errors=errors)
+    return run_jobs(jobs, plan.agents, plan.env_kwargs)

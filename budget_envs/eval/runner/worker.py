@@ -14,9 +14,10 @@ import gymnasium as gym
 
 from budget_envs.eval.agents import make_agent
 from budget_envs.eval.runner.episode import run_episode
-from budget_envs.eval.runner.plan import EpisodeJob, ProbeJob, make_env
+from budget_envs.eval.runner.plan import EpisodeJob, PrefixJob, ProbeJob, make_env
+from budget_envs.eval.runner.prefix import run_prefix
 from budget_envs.eval.runner.probe import run_probe
-from budget_envs.eval.runner.records import EpisodeRecord, ProbeRecord, error_record
+from budget_envs.eval.runner.records import EpisodeRecord, PrefixRecord, ProbeRecord, error_record
 
 __all__ = [
     "Worker",
@@ -49,7 +50,9 @@ class Worker:
             self.agents[name] = agent
         return self.agents[name]
 
-    def env(self, job: EpisodeJob | None, env_id: str, env_kwargs: Mapping[str, Any]) -> gym.Env:
+    def env(
+        self, job: EpisodeJob | PrefixJob | None, env_id: str, env_kwargs: Mapping[str, Any]
+    ) -> gym.Env:
         key = env_key(job, env_id)
         if key not in self.envs:
             self.envs[key] = make_env(env_id, **job_env_kwargs(job), **env_kwargs)
@@ -68,14 +71,15 @@ class Worker:
                 close()
 
 
-def env_key(job: EpisodeJob | None, env_id: str) -> tuple:
-    """Jobs with the same key can share an env (reset sets the task, seed and budget)."""
+def env_key(job: EpisodeJob | PrefixJob | None, env_id: str) -> tuple:
+    """Jobs with the same key can share an env (reset sets the task, seed and budget); a
+    prefix probe uses the env of its source episode's settings."""
     if job is None:
         return (env_id, "bare")
     return (env_id, job.visibility, job.fault_turn, job.fault_kinds)
 
 
-def job_env_kwargs(job: EpisodeJob | None) -> dict[str, Any]:
+def job_env_kwargs(job: EpisodeJob | PrefixJob | None) -> dict[str, Any]:
     """The wrapper settings of a job's env (None: the bare env of a probe)."""
     if job is None:
         return {"budget": None}
@@ -90,14 +94,17 @@ def job_env_kwargs(job: EpisodeJob | None) -> dict[str, Any]:
 
 
 def run_one(
-    worker: Worker, job: EpisodeJob | ProbeJob, env_kwargs: Mapping[str, Any]
-) -> EpisodeRecord | ProbeRecord:
+    worker: Worker, job: EpisodeJob | ProbeJob | PrefixJob, env_kwargs: Mapping[str, Any]
+) -> EpisodeRecord | ProbeRecord | PrefixRecord:
     """Run one job. A failure outside the agent's turns (the env cannot be built or reset, e.g.
     its server is gone) is the job's error record, not the end of the run."""
     try:
         agent = worker.agent(job.agent)
         if isinstance(job, ProbeJob):
             return run_probe(job, agent, worker.env(None, job.env_id, env_kwargs))
+        if isinstance(job, PrefixJob):
+            env = worker.env(job, job.env_id, env_kwargs)
+            return run_prefix(job.source, job.prefix_turns, agent, job.agent, env)
         return run_episode(job, agent, worker.env(job, job.env_id, env_kwargs))
     except Exception as exc:  # recorded with its cause; --resume runs the job again
         logger.warning("%s failed before it could play: %s: %s", job.key, type(exc).__name__, exc)
