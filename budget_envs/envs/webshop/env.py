@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from budget_envs._util import check_int, check_levels, check_split, split_seed
+from budget_envs._util import UNSEEN_SPLIT, check_int, check_levels, check_split, split_seed
 from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.envs.webshop.oracle import oracle
 from budget_envs.envs.webshop.scoring import SCORING_MODES
@@ -83,7 +83,10 @@ class WebShopEnv(TextAgentEnv):
             ``L<level>-<index>``), ``"valid"`` or ``"test"``: held-out tasks on their own
             catalogue, whose seed is derived from ``(catalogue_seed, split)`` (``env.catalogue_seed``
             holds it: a running server for a held-out split is started with that seed), ids
-            ``<split>/L<level>-<index>``.
+            ``<split>/L<level>-<index>``; ``"test_unseen"``: the same, on a catalogue that adds
+            product types of two categories no other catalogue has
+            (:data:`~budget_envs.envs.webshop.catalogue.UNSEEN_TYPES`), every goal one of them
+            (a running server for it is started with ``--unseen-types``).
         num_products: catalogue size of an own server (a running server decides its own).
         scoring: ``"exact"`` (default) or ``"webshop"`` (WebShop's fuzzy semantics).
         base_url: a running shop server (``budgetmix serve-web``); None starts one.
@@ -146,8 +149,10 @@ class WebShopEnv(TextAgentEnv):
         tasks_per_level = check_int("tasks_per_level", tasks_per_level, lo=1, hi=10_000)
         num_products = check_int("num_products", num_products, lo=1000)
         catalogue_seed = check_int("catalogue_seed", catalogue_seed)
-        self.split = check_split(split)
+        self.split = check_split(split, extra=(UNSEEN_SPLIT,))
         catalogue_seed = split_seed(catalogue_seed, self.split)
+        #: Whether the catalogue holds the held-out product types (``split="test_unseen"``).
+        self.unseen_types = self.split == UNSEEN_SPLIT
         if scoring not in SCORING_MODES:
             raise ValueError(f"scoring must be one of {SCORING_MODES}, got {scoring!r}")
         if base_url is not None and (
@@ -209,7 +214,9 @@ class WebShopEnv(TextAgentEnv):
     def _start_server(self) -> None:
         from budget_envs.envs.webshop.server import ShopServer
 
-        self._server = ShopServer.start(self.catalogue_seed, self.num_products, host=self.host)
+        self._server = ShopServer.start(
+            self.catalogue_seed, self.num_products, host=self.host, unseen_types=self.unseen_types
+        )
         self._finalizer = weakref.finalize(self, _stop_server, self._server)
         logger.info("web shop server started at %s", self._server.base_url)
 
@@ -240,6 +247,17 @@ class WebShopEnv(TextAgentEnv):
             raise WebShopServerError(
                 f"the server at {self.base_url} serves catalogue seed {info.get('seed')!r}, "
                 f"but this env was made with catalogue_seed={self.catalogue_seed}"
+            )
+        if bool(info.get("unseen_types", False)) != self.unseen_types:
+            raise WebShopServerError(
+                f"the server at {self.base_url} "
+                + (
+                    "has no held-out product types: split='test_unseen' needs a server started "
+                    "with --unseen-types"
+                    if self.unseen_types
+                    else "serves the test_unseen catalogue (--unseen-types), but this env plays "
+                    f"split={self.split!r}"
+                )
             )
 
     def _request(

@@ -14,7 +14,12 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from budget_envs.envs.webshop.catalogue import CATALOGUE_VERSION, Product, generate_catalogue
+from budget_envs.envs.webshop.catalogue import (
+    CATALOGUE_VERSION,
+    TYPES,
+    Product,
+    generate_catalogue,
+)
 from budget_envs.envs.webshop.scoring import SCORING_MODES, product_record, score_item
 from budget_envs.envs.webshop.search import SearchIndex
 from budget_envs.envs.webshop.tasks import PAGE_SIZE, Task, make_task
@@ -106,15 +111,21 @@ def _norm(text: str) -> str:
 class Shop:
     """A catalogue with its search index and tasks; sessions are plain :class:`SessionState`."""
 
-    def __init__(self, seed: int = 0, num_products: int = 10_000) -> None:
+    def __init__(
+        self, seed: int = 0, num_products: int = 10_000, unseen_types: bool = False
+    ) -> None:
         self.seed = int(seed)
         self.num_products = int(num_products)
+        #: Whether the catalogue holds the held-out types (the ``test_unseen`` split's shop).
+        self.unseen_types = bool(unseen_types)
         self.version = CATALOGUE_VERSION
-        self.products = generate_catalogue(self.seed, self.num_products)
+        self.products = generate_catalogue(self.seed, self.num_products, self.unseen_types)
         self._by_asin = {p.asin: p for p in self.products}
         self.by_type: dict[int, list[Product]] = {}
         for p in self.products:
             self.by_type.setdefault(p.type_index, []).append(p)
+        #: The products of the held-out types (goals of ``test_unseen/`` tasks are drawn here).
+        self.unseen_products = [p for p in self.products if p.type_index >= len(TYPES)]
         self.index = SearchIndex(self.products)
         self._tasks: OrderedDict[str, Task] = OrderedDict()
         self._task_lock = threading.Lock()
@@ -148,7 +159,12 @@ class Shop:
 
     def info(self) -> dict[str, Any]:
         """What the server tells clients about itself."""
-        return {"seed": self.seed, "num_products": self.num_products, "version": self.version}
+        return {
+            "seed": self.seed,
+            "num_products": self.num_products,
+            "version": self.version,
+            "unseen_types": self.unseen_types,
+        }
 
     # ---------------------------------------------------------------- views
     def blocks(self, state: SessionState) -> list[Block]:
@@ -440,7 +456,7 @@ class Shop:
         return st
 
 
-_SHOPS: dict[tuple[int, int], Shop] = {}
+_SHOPS: dict[tuple[int, int, bool], Shop] = {}
 _SHOPS_LOCK = threading.Lock()
 _FORK_HOOK: list[bool] = []
 
@@ -452,9 +468,9 @@ def _forget_shops_in_child() -> None:
     _SHOPS_LOCK = threading.Lock()
 
 
-def get_shop(seed: int = 0, num_products: int = 10_000) -> Shop:
-    """A process-wide shared :class:`Shop` per (seed, size): the catalogue is built once."""
-    key = (int(seed), int(num_products))
+def get_shop(seed: int = 0, num_products: int = 10_000, unseen_types: bool = False) -> Shop:
+    """A process-wide shared :class:`Shop` per (seed, size, types): the catalogue is built once."""
+    key = (int(seed), int(num_products), bool(unseen_types))
     if not _FORK_HOOK:
         _FORK_HOOK.append(True)
         os.register_at_fork(after_in_child=_forget_shops_in_child)
