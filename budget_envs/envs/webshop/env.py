@@ -21,14 +21,16 @@ from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.envs.webshop.oracle import oracle
 from budget_envs.envs.webshop.scoring import SCORING_MODES
 from budget_envs.envs.webshop.shop import SEP
-from budget_envs.envs.webshop.tasks import LEVELS, Task
+from budget_envs.envs.webshop.tasks import LEVELS, PAGE_SIZE, Task
 from budget_envs.errors import ActionRejected, WebShopServerError
 
 __all__ = ["WebShopEnv", "WebShopServerError"]
 
 logger = logging.getLogger(__name__)
 
-_FAULTS = ("http_error", "stale_page", "slow_response")
+_FAULTS = ("http_error", "stale_page", "slow_response", "out_of_stock", "delisted")
+#: The permanent kinds and the session-state list each one grows.
+_PERMANENT = {"out_of_stock": "out_of_stock", "delisted": "delisted"}
 _REASONS = {500: "Internal Server Error", 503: "Service Unavailable"}
 
 
@@ -69,6 +71,20 @@ def _stop_server(server) -> None:
         server.stop()
     except Exception:  # pragma: no cover - best effort at interpreter exit
         logger.debug("stopping the web shop server failed", exc_info=True)
+
+
+def _on_screen(state: dict[str, Any]) -> list[str]:
+    """The products the page of ``state`` shows: the current results page, the product of an
+    item page or sub-page, or the cart entries on the start page."""
+    page = state.get("page")
+    if page == "results":
+        start = (int(state["page_no"]) - 1) * PAGE_SIZE
+        return list(state["results"][start : start + PAGE_SIZE])
+    if page in ("item", "sub") and state.get("asin"):
+        return [state["asin"]]
+    if page == "search":
+        return [c["asin"] for c in state.get("cart", [])]
+    return []
 
 
 class WebShopEnv(TextAgentEnv):
@@ -122,6 +138,8 @@ class WebShopEnv(TextAgentEnv):
         "http_error": ("explicit", "transient"),
         "stale_page": ("silent", "transient"),
         "slow_response": ("explicit", "transient"),
+        "out_of_stock": ("explicit", "permanent"),
+        "delisted": ("silent", "permanent"),
     }
 
     def __init__(
@@ -386,7 +404,15 @@ class WebShopEnv(TextAgentEnv):
             self.won = self._score >= 1.0
             self.lost = not self.won
             return self._score
+        self._check_lost()
         return 0.0
+
+    def _check_lost(self) -> None:
+        """After a permanent fault a task can be lost before any purchase (its target sold out,
+        or delisted and out of sight): then ``lost`` is set, as the contract's "lost for good"."""
+        state = self._state
+        if (state.get("out_of_stock") or state.get("delisted")) and not (self.won or self.lost):
+            self.lost = oracle(self._task, state)[1] >= UNREACHABLE
 
     def _execute(self, action: str) -> tuple[str, float]:
         data = self._step_request(action)
@@ -455,7 +481,8 @@ class WebShopEnv(TextAgentEnv):
 
     # ---------------------------------------------------------------- faults
     def fault_kinds(self) -> tuple[str, ...]:
-        """``http_error`` (500/503, page unchanged), ``stale_page``, ``slow_response``."""
+        """``http_error`` (500/503, page unchanged), ``stale_page``, ``slow_response``,
+        ``out_of_stock`` and ``delisted`` (permanent)."""
         return _FAULTS
 
     def _fault(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
@@ -467,7 +494,22 @@ class WebShopEnv(TextAgentEnv):
 
         Reward, score and purchase of an action that runs are the normal turn's. A malformed
         action is rejected as on any turn (the fault then changes nothing).
+
+        Permanent kinds (the effect is part of the session state, so of ``state_hash`` and of
+        snapshots): the action is handled as usual, then one product the page now shows (a
+        result of the current results page, the product of an item page, a cart entry on the
+        start page; drawn from ``rng``) is hit for the rest of the episode:
+
+        * ``out_of_stock``: it can no longer be bought; the pages say so (results, item page,
+          cart) and a notice is shown; buying it or checking out a cart holding it is refused;
+        * ``delisted`` (silent): searches no longer list it and it leaves the current result
+          list; nothing says so.
+
+        The oracle plans around the effect; when the target is hit beyond reach (sold out, or
+        delisted and not on screen any more) the task is lost (``cost_to_go()`` UNREACHABLE).
         """
+        if kind in _PERMANENT:
+            return self._permanent(kind, rng, action)
         runnable = self.check_action(action) is None
         if kind == "http_error":
             status = int(rng.choice([500, 503]))
@@ -491,6 +533,30 @@ class WebShopEnv(TextAgentEnv):
             return FaultOutcome(data["stale_view"], "observation", action, reward)
         note = f"(The page took {delay / 1000:.2f} s to load.)"
         return FaultOutcome(f"{self._view}{SEP}{note}", "observation", action, reward)
+
+    def _permanent(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
+        obs, reward, invalid = self._attempt(action)
+        executed = None if invalid else action
+        if self.won or self.lost:
+            return FaultOutcome(obs, "none", executed, reward, invalid)
+        state = json.loads(json.dumps(self._state))
+        listed = _PERMANENT[kind]
+        hit = set(state.get(listed) or ())
+        pool = [a for a in _on_screen(state) if a not in hit]
+        if not pool:
+            return FaultOutcome(obs, "none", executed, reward, invalid)
+        asin = pool[int(rng.integers(len(pool)))]
+        state[listed] = sorted(hit | {asin})
+        if kind == "delisted" and asin in state["results"]:
+            state["results"] = [a for a in state["results"] if a != asin]
+            pages = max(1, -(-len(state["results"]) // PAGE_SIZE))
+            state["page_no"] = min(int(state["page_no"]), pages)
+        self._apply(self._request("PUT", f"/api/sessions/{self._sid}", json={"state": state}))
+        self._check_lost()
+        if kind == "delisted":
+            return FaultOutcome(self._view, "world", executed, reward, invalid)
+        note = f"Notice: item {asin} is now out of stock; it can no longer be bought."
+        return FaultOutcome(f"{self._view}{SEP}{note}", "world", executed, reward, invalid)
 
     # ---------------------------------------------------------------- snapshots
     def _snapshot_state(self) -> dict[str, Any]:
@@ -556,6 +622,12 @@ class WebShopEnv(TextAgentEnv):
         super().close()
 
     def _state_digest(self) -> str:
-        """The shop session: page, query, results page, product and sub-page, options, cart."""
-        state = {k: v for k, v in self._state.items() if k != "sid"}
+        """The shop session: page, query, results page, product and sub-page, options, cart,
+        and what permanent faults did (out-of-stock and delisted products; left out while
+        empty, so a fault-free state hashes as it always did)."""
+        state = {
+            k: v
+            for k, v in self._state.items()
+            if k != "sid" and not (k in ("out_of_stock", "delisted") and not v)
+        }
         return json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
