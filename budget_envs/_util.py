@@ -31,6 +31,7 @@ __all__ = [
     "check_int",
     "check_levels",
     "SPLITS",
+    "UNSEEN_SPLIT",
     "check_seeds",
     "check_split",
     "split_seed",
@@ -216,13 +217,30 @@ def check_seeds(name: str, value: Any) -> tuple[int, ...]:
 
 #: The held-out splits every family accepts (``train`` is the default task list).
 SPLITS = ("train", "valid", "test")
+#: The split of tasks whose product types (WebShop) or request templates (ToolUse) never occur
+#: in train; only the families that can build one accept it (``check_split(..., extra=...)``).
+UNSEEN_SPLIT = "test_unseen"
 
 
 def check_split(split: Any, extra: Sequence[str] = ()) -> str:
-    """``split`` if it names one of :data:`SPLITS` (or ``extra``); a typed error quoting it."""
+    """``split`` if it names one of :data:`SPLITS` (or ``extra``), else
+    :class:`~budget_envs.errors.UnknownSplit` quoting it and naming the splits there are.
+
+    >>> check_split("test")
+    'test'
+    >>> check_split("test_unseen")
+    Traceback (most recent call last):
+        ...
+    budget_envs.errors.UnknownSplit: split must be one of ('train', 'valid', 'test'), got 'test_unseen' (this family has no test_unseen split: it is offered by WebShop and ToolUse)
+    """
+    from budget_envs.errors import UnknownSplit
+
     allowed = SPLITS + tuple(extra)
     if not isinstance(split, str) or split not in allowed:
-        raise ValueError(f"split must be one of {allowed}, got {split!r}")
+        hint = ""
+        if split == UNSEEN_SPLIT:
+            hint = " (this family has no test_unseen split: it is offered by WebShop and ToolUse)"
+        raise UnknownSplit(f"split must be one of {allowed}, got {split!r}{hint}")
     return split
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "ToolError",
     "TooManyActions",
     "UnknownFaultKind",
+    "UnknownSplit",
     "UsageError",
     "WebShopServerError",
 ]
@@ -61,6 +62,10 @@ class ToolError(BudgetEnvsError):
 
 class UnknownFaultKind(BudgetEnvsError, ValueError):
     """A fault kind the env does not offer (neither generic nor one of its ``fault_kinds()``)."""
+
+
+class UnknownSplit(BudgetEnvsError, ValueError):
+    """A ``split=`` the family does not have; the message names the splits it has."""
 
 
 # ---------------------------------------------------------------------- web shop

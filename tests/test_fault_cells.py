@@ -107,3 +107,15 @@ def test_bad_cells_are_refused_with_the_value_quoted():
     with pytest.raises(TypeError):
         ErrorInjection(base, cells=3)
     base.close()
+
+
+FAMILY_IDS = [i for i in IDS if i.startswith("BudgetMix/")]
+
+
+@pytest.mark.parametrize("env_id", FAMILY_IDS, ids=FAMILY_IDS)
+def test_every_cell_has_a_kind_in_every_family(env_id):
+    env = make(env_id, budget=None)
+    cells = env.unwrapped.fault_cells()
+    for cell in CELLS:
+        assert any(c == cell for c in cells.values()), (env_id, cell, cells)
+    env.close()

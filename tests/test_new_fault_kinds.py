@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from budget_envs.wrappers import ErrorInjection
 
@@ -143,3 +144,197 @@ def test_textworld_phantom_reports_the_action_but_leaves_the_game(tmp_path):
     # ... but the game is where it was.
     after = (tw.cost_to_go(), tw.state_hash(), sorted(info["admissible_actions"]))
     assert after == before
+
+
+# ---------------------------------------------------------------------- WebShop permanent kinds
+@pytest.fixture(scope="module")
+def shop():
+    from budget_envs.envs.webshop import WebShopEnv
+
+    env = WebShopEnv(level=2, tasks_per_level=2)
+    yield env
+    env.close()
+
+
+def _on_results(shop):
+    """Reset task 0 and search the target's title: the results page lists it on page 1."""
+    shop.reset(seed=0, options={"task_id": 0})
+    shop.step(shop.oracle_actions()[0])
+    target = shop._task.items[0].asin
+    assert target in shop._state["results"][:10]
+    return target
+
+
+def _fault_turn(env, kind, action, seed=0):
+    env.arm_fault(kind, np.random.default_rng(seed))
+    return env.step(action)
+
+
+def test_webshop_out_of_stock_is_for_good_and_loses_only_a_target(shop):
+    target = _on_results(shop)
+    other = next(a for a in shop._state["results"][:10] if a != target)
+    shop.step(f"click[{other.lower()}]")
+    cost = shop.cost_to_go()
+    snap = shop.snapshot()
+    honest = shop.step("click[description]")[4]
+    shop.restore(snap)
+    obs, _, terminated, _, info = _fault_turn(shop, "out_of_stock", "click[description]")
+    assert info["fault"]["effect"] == "world"
+    assert info["fault"]["cell"] == ["explicit", "permanent"]
+    assert f"item {other} is now out of stock" in obs
+    assert shop._state["out_of_stock"] == [other]
+    assert info["state_hash"] != honest["state_hash"]
+    # Not a target: the way to success is as long as before (the sub-page cost one turn).
+    assert not terminated and shop.cost_to_go() == cost + 1 == honest_cost(shop, snap)
+    obs, _, _, _, info = shop.step("click[< prev]")
+    assert "out of stock" in obs and "click[buy now]" not in info["admissible_actions"]
+    obs, _, _, _, info = shop.step("click[buy now]")
+    assert info["invalid_action"] and "out of stock" in obs
+    # It stays out of stock: in a later search, and across snapshot/restore.
+    snap = shop.snapshot()
+    shop.step("click[back to search]")
+    obs = shop.step(f"search[{shop._task.items[0].title_query}]")[0]
+    # The same search as before lists it on page 1 again, now marked.
+    assert other in shop._state["results"][:10] and "Out of stock" in obs
+    shop.restore(snap)
+    assert shop._state["out_of_stock"] == [other]
+    # The target going out of stock loses the task at once.
+    shop.step("click[< prev]")
+    shop.step(f"click[{target.lower()}]")
+    obs, _, terminated, _, info = _fault_turn(shop, "out_of_stock", "click[features]")
+    assert terminated and info["lost"] and info["stop_reason"] == "lost"
+    assert shop.cost_to_go() == UNREACHABLE
+
+
+def honest_cost(shop, snap):
+    """The cost-to-go after the same turn without the fault (restores ``snap`` after)."""
+    here = shop.snapshot()
+    shop.restore(snap)
+    shop.step("click[description]")
+    cost = shop.cost_to_go()
+    shop.restore(here)
+    return cost
+
+
+def test_webshop_delisted_hides_a_product_from_search_without_a_word(shop):
+    target = _on_results(shop)
+    shop.step(f"click[{target.lower()}]")
+    cost = shop.cost_to_go()
+    snap = shop.snapshot()
+    honest_obs, _, _, _, honest = shop.step("click[features]")
+    shop.restore(snap)
+    obs, _, terminated, _, info = _fault_turn(shop, "delisted", "click[features]")
+    assert info["fault"]["effect"] == "world"
+    assert info["fault"]["cell"] == ["silent", "permanent"]
+    assert obs == honest_obs  # nothing says anything happened ...
+    assert shop._state["delisted"] == [target]  # ... but the target is gone from search
+    assert info["state_hash"] != honest["state_hash"]
+    # Still on its page (sub-page): buying it is as close as before.
+    assert not terminated and shop.cost_to_go() == cost + 1
+    snap = shop.snapshot()
+    shop.restore(snap)
+    assert shop._state["delisted"] == [target] and shop.cost_to_go() == cost + 1
+    # The oracle still wins in exactly cost-to-go turns from here.
+    turns, expected = 0, shop.cost_to_go()
+    while not shop.done:
+        shop.step(shop.oracle_actions()[0])
+        turns += 1
+    assert shop.won and turns == expected
+    # Leaving its page for results that no longer hold it loses the task.
+    shop.restore(snap)
+    shop.step("click[< prev]")
+    obs, _, terminated, _, info = shop.step("click[< prev]")
+    assert target.lower() not in obs.lower()
+    assert terminated and info["lost"] and shop.cost_to_go() == UNREACHABLE
+
+
+def test_webshop_delisted_off_target_drops_it_from_the_current_results(shop):
+    target = _on_results(shop)
+    listed = shop._state["results"][:10]
+    cost = shop.cost_to_go()
+    for seed in range(20):
+        _on_results(shop)
+        shop.step("click[next >]")
+        # The action brings page 1 back on screen; then one product of it is delisted.
+        obs, _, _, _, info = _fault_turn(shop, "delisted", "click[< prev]", seed=seed)
+        (gone,) = shop._state["delisted"]
+        if gone != target:
+            break
+    assert gone != target and gone in listed
+    assert gone not in shop._state["results"] and gone.lower() not in obs.lower()
+    assert shop.cost_to_go() == cost
+    shop.step("click[back to search]")
+    shop.step(f"search[{shop._task.items[0].title_query}]")
+    assert gone not in shop._state["results"] and target in shop._state["results"]
+
+
+# ---------------------------------------------------------------------- TextWorld permanent kinds
+@pytest.mark.parametrize("kind", ["unreachable", "silent_unreachable"])
+def test_textworld_unreachable_blocks_for_good_and_the_oracle_plans_around_it(kind):
+    from budget_envs.envs.textworld import TreasureHunterEnv
+
+    tw = TreasureHunterEnv(level=10, tasks_per_level=2)
+    outcomes = set()
+    for task in range(2):
+        tw.reset(seed=0, options={"task_id": task})
+        fault = None
+        while not tw.done:
+            snap = tw.snapshot()
+            action = tw.oracle_actions()[0]
+            honest = tw.step(action)[4]
+            tw.restore(snap)
+            cost = tw.cost_to_go()
+            obs, _, terminated, _, info = _fault_turn(tw, kind, action)
+            fault = info["fault"]
+            if fault["effect"] == "world":
+                break
+        assert fault is not None and fault["effect"] == "world", task
+        assert fault["cell"] == [("explicit" if kind == "unreachable" else "silent"), "permanent"]
+        (gone,) = tw.blocked
+        assert ("out of reach" in obs) == (kind == "unreachable")
+        assert info["state_hash"] != honest["state_hash"]
+        if tw.lost:
+            assert terminated and tw.cost_to_go() == UNREACHABLE and info["stop_reason"] == "lost"
+            outcomes.add("lost")
+            continue
+        outcomes.add("playable")
+        assert tw.cost_to_go() >= cost - 1
+        assert not any(gone in a for a in info["admissible_actions"])
+        snap = tw.snapshot()
+        obs, _, _, _, info = tw.step(f"take {gone}")
+        assert info["invalid_action"]
+        assert (gone in obs) == (kind == "unreachable")
+        tw.restore(snap)
+        assert tw.blocked == {gone}
+        turns, expected = 0, tw.cost_to_go()
+        while not tw.done:
+            tw.step(tw.oracle_actions()[0])
+            turns += 1
+        assert tw.won and turns == expected
+    assert outcomes == {"lost", "playable"}
+    tw.close()
+
+
+# ---------------------------------------------------------------------- replay
+@pytest.mark.parametrize(
+    "env_id,kind",
+    [
+        ("BudgetMix/WebShop-v0", "out_of_stock"),
+        ("BudgetMix/WebShop-v0", "delisted"),
+        ("BudgetMix/TextWorld-TreasureHunter-v0", "unreachable"),
+        ("BudgetMix/TextWorld-TreasureHunter-v0", "silent_unreachable"),
+    ],
+)
+def test_permanent_kinds_same_seed_same_transcript(env_id, kind):
+    from contract_helpers import make, transcript
+
+    runs = []
+    for _ in range(2):
+        base = make(env_id, budget=None, level=10 if "TextWorld" in env_id else 2)
+        env = ErrorInjection(base, kinds=kind, rate=0.5, seed=7)
+        lines = transcript(env, seed=3, turns=10, options={"task_id": 0})
+        hit = [e for e in base.unwrapped.trace if e[0] == "fault"]
+        runs.append((lines, base.unwrapped.state_hash(), len(hit)))
+        env.close()
+    assert runs[0][2] > 0
+    assert runs[0] == runs[1]

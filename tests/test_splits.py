@@ -90,3 +90,164 @@ def test_alfworld_accepts_the_common_split_names():
     assert list(common.unwrapped.task_ids) == list(own.unwrapped.task_ids)
     valid = make("BudgetMix/ALFWorld-v0", budget=None, split="valid", tasks_per_level=1)
     assert valid.unwrapped.split == "valid_seen"
+
+
+# ---------------------------------------------------------------------- test_unseen
+UNSEEN_IDS = ("BudgetMix/WebShop-v0", "BudgetMix/ToolUse-v0")
+
+
+@pytest.mark.parametrize("env_id", UNSEEN_IDS, ids=UNSEEN_IDS)
+def test_test_unseen_is_non_empty_and_disjoint_from_every_split(env_id):
+    found = {split: _tasks(env_id, split) for split in (*SPLITS, "test_unseen")}
+    ids, identities = found["test_unseen"]
+    assert ids and all(t.startswith("test_unseen/") for t in ids)
+    assert len(identities) == len(ids)
+    for split in SPLITS:
+        assert not set(ids) & set(found[split][0]), split
+        assert not set(identities) & set(found[split][1]), split
+
+
+@pytest.mark.parametrize("env_id", [i for i in IDS if i not in UNSEEN_IDS])
+def test_families_without_test_unseen_refuse_it_naming_their_splits(env_id):
+    from budget_envs.errors import UnknownSplit
+
+    with pytest.raises(UnknownSplit, match="'test_unseen'") as caught:
+        make(env_id, budget=None, split="test_unseen")
+    assert "'train'" in str(caught.value) and "test_unseen split" in str(caught.value)
+
+
+def _webshop_goal_types(split, tasks_per_level):
+    env = make("BudgetMix/WebShop-v0", budget=None, split=split, tasks_per_level=tasks_per_level)
+    inner = env.unwrapped
+    goals, categories = set(), set()
+    for task_id in inner.task_ids:
+        inner.task_identity(task_id)  # fetches the task from the server
+        for item in inner._tasks[task_id].items:
+            goals.add(item.query)
+            categories.add(item.product_category.split(" \u203a ")[0])
+    env.close()
+    return goals, categories
+
+
+def test_webshop_test_unseen_goals_are_product_types_train_never_has():
+    from budget_envs.envs.webshop.shop import get_shop
+
+    unseen_goals, unseen_categories = _webshop_goal_types("test_unseen", 4)
+    train_goals, train_categories = _webshop_goal_types("train", 4)
+    assert unseen_goals and train_goals
+    assert not unseen_goals & train_goals
+    assert not unseen_categories & train_categories
+    # Not only the goals: no product of the train catalogue is of a held-out type or category.
+    env = make("BudgetMix/WebShop-v0", budget=None)
+    train_shop = get_shop(env.unwrapped.catalogue_seed, env.unwrapped.num_products)
+    env.close()
+    catalogue_types = {p.spec.noun for p in train_shop.products}
+    catalogue_categories = {p.spec.path[0] for p in train_shop.products}
+    assert not unseen_goals & catalogue_types
+    assert not unseen_categories & catalogue_categories
+    # The ticket text names the held-out type; no train instruction does.
+    env = make("BudgetMix/WebShop-v0", budget=None, split="test_unseen", tasks_per_level=1)
+    obs, info = env.reset(seed=0, options={"task_id": 0})
+    assert any(noun in info["goal"] for noun in unseen_goals)
+    env.close()
+
+
+def test_webshop_test_unseen_plays_to_a_win_with_the_oracle():
+    env = make("BudgetMix/WebShop-v0", budget=40, split="test_unseen", level=2, tasks_per_level=1)
+    obs, info = env.reset(seed=0, options={"task_id": 0})
+    terminated = truncated = False
+    while not (terminated or truncated):
+        obs, reward, terminated, truncated, info = env.step(env.unwrapped.oracle_actions()[0])
+    assert info["won"] and reward == 1.0
+    env.close()
+
+
+def _template_patterns(words):
+    import re
+
+    out = {}
+    for name, text in words.items():
+        if name == "when":
+            continue
+        parts = re.split(r"\{[a-z_]+\}", text)
+        out[name] = re.compile(".+".join(re.escape(p) for p in parts))
+    return out
+
+
+def _ticket_lines(split, tasks_per_level):
+    """The worded lines of every ticket: the requests and the lines introducing them (the
+    ticket id and the policy, shared by every split, are left out)."""
+    env = make("BudgetMix/ToolUse-v0", budget=None, split=split, tasks_per_level=tasks_per_level)
+    lines, kinds = [], set()
+    for task_id in env.unwrapped.task_ids:
+        env.reset(seed=0, options={"task_id": task_id})
+        task = env.unwrapped.task
+        kinds.update(op.kind for op in task.ops)
+        first, *rest = task.ticket.split("\n")[:-1]
+        head = first.removeprefix(f"Support ticket {task_id}.").strip()
+        lines += [head, *rest] if head else rest
+    env.close()
+    return lines, kinds
+
+
+def test_tooluse_test_unseen_uses_only_templates_train_never_uses():
+    from budget_envs.envs.tooluse.tasks import TEMPLATES
+
+    seen = _template_patterns(TEMPLATES["seen"])
+    unseen = _template_patterns(TEMPLATES["unseen"])
+    train_lines, train_kinds = _ticket_lines("train", 30)
+    unseen_lines, unseen_kinds = _ticket_lines("test_unseen", 30)
+    assert train_lines and unseen_lines
+
+    def used(lines, patterns):
+        return {name for ln in lines for name, pat in patterns.items() if pat.search(ln)}
+
+    # Every ticket line is worded by its own split's templates, never by the other split's.
+    for ln in train_lines:
+        assert any(p.search(ln) for p in seen.values()), ln
+        assert not any(p.search(ln) for p in unseen.values()), ln
+    for ln in unseen_lines:
+        assert any(p.search(ln) for p in unseen.values()), ln
+        assert not any(p.search(ln) for p in seen.values()), ln
+    # Both sets are exercised, and the swap request type exists only in test_unseen.
+    assert {"header", "cancel", "address", "note", "return"} <= used(train_lines, seen)
+    assert {"header", "note", "return", "swap"} <= used(unseen_lines, unseen)
+    assert "swap" in unseen_kinds and "swap" not in train_kinds
+
+
+def test_tooluse_test_unseen_swaps_play_to_a_win_with_the_oracle():
+    env = make("BudgetMix/ToolUse-v0", budget=80, split="test_unseen", tasks_per_level=20)
+    swaps = [
+        t
+        for t in env.unwrapped.task_ids
+        if env.reset(seed=0, options={"task_id": t})
+        and any(op.kind == "swap" for op in env.unwrapped.task.ops)
+    ]
+    assert swaps
+    for task_id in swaps[:5]:
+        obs, info = env.reset(seed=0, options={"task_id": task_id})
+        terminated = truncated = False
+        while not (terminated or truncated):
+            obs, reward, terminated, truncated, info = env.step(env.unwrapped.oracle_actions()[0])
+        assert info["won"], task_id
+    env.close()
+
+
+def test_test_unseen_ids_and_tasks_are_the_same_in_a_fresh_process():
+    code = (
+        "import warnings, gymnasium as gym, budget_envs\n"
+        "warnings.simplefilter('ignore')\n"
+        "e = gym.make('BudgetMix/ToolUse-v0', budget=None, split='test_unseen', "
+        "tasks_per_level=2)\n"
+        "t = e.unwrapped.task_ids[3]\n"
+        "e.reset(options={'task_id': t})\n"
+        "print(t, e.unwrapped.world_seed, e.unwrapped.task.ticket)\n"
+    )
+    out = []
+    for hash_seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=hash_seed)
+        run = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+        )
+        out.append(run.stdout)
+    assert out[0].startswith("test_unseen/L") and out[0] == out[1]

@@ -18,7 +18,7 @@ from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.envs.alfworld import generate
 from budget_envs.envs.alfworld.engine import AlfredEngine, GameFileError
 from budget_envs.envs.alfworld.oracle import ExpertError, HandcodedOracle, ModelOracle, PlanOracle
-from budget_envs.errors import ActionRejected
+from budget_envs.errors import ActionRejected, UnknownSplit
 
 logger = logging.getLogger(__name__)
 
@@ -145,8 +145,15 @@ class AlfWorldEnv(TextAgentEnv):
         )
         split = _SPLIT_ALIASES.get(split, split) if isinstance(split, str) else split
         if split not in generate.SPLITS:
-            raise ValueError(
-                f"split must be one of {generate.SPLITS + tuple(_SPLIT_ALIASES)}, got {split!r}"
+            hint = ""
+            if split == "test_unseen":
+                hint = (
+                    " (ALFWorld has no test_unseen split: its held-out scenes are valid_unseen, "
+                    "which split='test' names)"
+                )
+            raise UnknownSplit(
+                f"split must be one of {generate.SPLITS + tuple(_SPLIT_ALIASES)}, "
+                f"got {split!r}{hint}"
             )
         if oracle not in _ORACLES:
             raise ValueError(f"oracle must be one of {_ORACLES}, got {oracle!r}")

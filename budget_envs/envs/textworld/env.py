@@ -134,6 +134,8 @@ class _Native:
     marks_moves: int
     won: bool
     lost: bool
+    blocked: frozenset = frozenset()
+    told: frozenset = frozenset()
 
 
 class TextWorldEnv(TextAgentEnv):
@@ -176,6 +178,8 @@ class TextWorldEnv(TextAgentEnv):
     family_fault_cells: ClassVar[dict[str, tuple[str, str]]] = {
         "perturb": ("explicit", "transient"),
         "phantom": ("silent", "transient"),
+        "unreachable": ("explicit", "permanent"),
+        "silent_unreachable": ("silent", "permanent"),
     }
     default_max_action_length: ClassVar[int] = 4096
     default_max_observation_length: ClassVar[int] = 16384
@@ -239,6 +243,10 @@ class TextWorldEnv(TextAgentEnv):
         self._marks_moves = 0
         self._objective = ""
         self._max_score = 1
+        #: Entities (display names) a permanent fault put out of reach for this episode, and
+        #: those of them the agent was told about (``unreachable``, not ``silent_unreachable``).
+        self.blocked: frozenset[str] = frozenset()
+        self._told: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ tasks
     @staticmethod
@@ -408,6 +416,7 @@ class TextWorldEnv(TextAgentEnv):
         return graph
 
     def _load(self, task_id: str) -> str:
+        self.blocked = self._told = frozenset()
         self._open(str(self.game_path(task_id)))
         state = self._tw.reset()
         self._objective = state["objective"] or ""
@@ -445,7 +454,32 @@ class TextWorldEnv(TextAgentEnv):
 
     def _execute(self, action: str) -> tuple[str, float]:
         self._validate(action)
-        return self._play(action)
+        gone = self._blocked_in(action)
+        if gone is not None:
+            if gone in self._told:
+                raise ActionRejected(f"The {gone} is out of reach; you cannot get to it any more.")
+            raise ActionRejected("Nothing happens.")
+        obs, reward = self._play(action)
+        if self.blocked and not (self.won or self.lost):
+            self.lost = self._lost_for_good()
+        return obs, reward
+
+    def _lost_for_good(self) -> bool:
+        """Whether the exact oracle finds no way to win around the entities out of reach."""
+        if self._graph is None:
+            return False
+        found = self._graph.lookup(
+            self._tracker._game_progression.state, self._marks, LIVE, self._blocked_ids()
+        )
+        return found is not None and found[0] >= UNREACHABLE
+
+    def _blocked_in(self, command: str) -> str | None:
+        """The out-of-reach entity ``command`` names, if any."""
+        low = command.lower()
+        for name in sorted(self.blocked):
+            if _names(low, name):
+                return name
+        return None
 
     def _play(self, command: str) -> tuple[str, float]:
         was_won = self.won
@@ -467,7 +501,10 @@ class TextWorldEnv(TextAgentEnv):
         return self._objective
 
     def _admissible(self) -> list[str]:
-        return list(self._state["admissible_commands"] or [])
+        commands = list(self._state["admissible_commands"] or [])
+        if self.blocked:
+            return [c for c in commands if self._blocked_in(c) is None]
+        return commands
 
     def _extra_info(self) -> dict[str, Any]:
         score = self._state["score"] if self._state is not None else 0
@@ -481,16 +518,25 @@ class TextWorldEnv(TextAgentEnv):
         if self.lost:
             return UNREACHABLE, []
         if self._graph is not None:
-            found = self._graph.lookup(self._tracker._game_progression.state, self._marks, LIVE)
+            found = self._graph.lookup(
+                self._tracker._game_progression.state, self._marks, LIVE, self._blocked_ids()
+            )
             if found is not None:
                 cost, actions = found
                 commands = self._tracker._inform7.gen_commands_from_actions(actions)
                 return cost, sorted(set(commands))
             logger.info("state outside the oracle's graph; using policy_commands")
         policy = list(self._state["policy_commands"] or [])
-        if not policy:
+        if not policy or any(self._blocked_in(c) is not None for c in policy):
+            # TextWorld's policy goes through an entity out of reach: no route is known.
             return UNREACHABLE, []
         return len(policy), [policy[0]]
+
+    def _blocked_ids(self) -> frozenset[str]:
+        if not self.blocked:
+            return frozenset()
+        infos = self._tracker._game.infos
+        return frozenset(k for k, v in infos.items() if v.name in self.blocked)
 
     def oracle_actions(self) -> list[str]:
         """Every optimal next command (exact) or TextWorld's next policy command (heuristic)."""
@@ -503,7 +549,7 @@ class TextWorldEnv(TextAgentEnv):
 
     # ------------------------------------------------------------------ faults
     def fault_kinds(self) -> tuple[str, ...]:
-        return ("perturb", "phantom")
+        return ("perturb", "phantom", "unreachable", "silent_unreachable")
 
     def _fault(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
         """``perturb``: the agent's action is handled as usual, then the world changes under the
@@ -512,9 +558,21 @@ class TextWorldEnv(TextAgentEnv):
 
         ``phantom`` (silent): the action's usual feedback is shown but the action did not happen
         (the game is rolled back to before it). An action that ends the game is left to stand:
-        its feedback could not be shown without its end."""
+        its feedback could not be shown without its end.
+
+        ``unreachable`` / ``silent_unreachable`` (permanent): the action is handled as usual,
+        then one thing within reach (an object, container, supporter or door named by an
+        admissible command, drawn from ``rng``; never a room or what the player carries) gets
+        out of reach for the rest of the episode: commands naming it are refused (invalid
+        turns) and no longer admissible, and the exact oracle plans without every action that
+        involves it (UNREACHABLE, and the task lost, when no way is left). The explicit kind
+        says so, and its refusals name the thing; the silent kind shows only the action's
+        feedback, and its refusals say "Nothing happens." Without the exact oracle only things
+        TextWorld's winning policy does not use are drawn."""
         if kind == "phantom":
             return self._phantom(action)
+        if kind in ("unreachable", "silent_unreachable"):
+            return self._unreachable(kind, rng, action)
         obs, reward, invalid = self._attempt(action)
         executed = None if invalid else action
         parts = [obs]
@@ -551,6 +609,39 @@ class TextWorldEnv(TextAgentEnv):
         self.restore(snap)
         return FaultOutcome(obs, "dropped")
 
+    def _unreachable(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
+        obs, reward, invalid = self._attempt(action)
+        executed = None if invalid else action
+        if self.won or self.lost:
+            return FaultOutcome(obs, "none", executed, reward, invalid)
+        infos = self._tracker._game.infos
+        facts = self._tracker._game_progression.state.facts
+        carried = {
+            f.arguments[0].name for f in facts if f.name == "in" and f.arguments[1].name == "I"
+        }
+        names = {
+            v.name.lower()
+            for k, v in infos.items()
+            if v.name and v.type not in ("P", "I", "r") and k not in carried
+        }
+        # A name inside another name ("box" in "wooden box") cannot be refused on its own.
+        names = {n for n in names if not any(n != m and _names(m, n) for m in names)}
+        names -= self.blocked
+        if self._graph is None:
+            policy = list(self._state["policy_commands"] or [])
+            names = {n for n in names if not any(_names(c.lower(), n) for c in policy)}
+        wanted = [c.lower() for c in self._admissible()]
+        pool = sorted(n for n in names if any(_names(c, n) for c in wanted))
+        if not pool:
+            return FaultOutcome(obs, "none", executed, reward, invalid)
+        gone = pool[int(rng.integers(len(pool)))]
+        self.blocked = self.blocked | {gone}
+        if kind == "unreachable":
+            self._told = self._told | {gone}
+            obs = f"{obs}\n\nThe {gone} is suddenly out of reach; you will not get to it again."
+        self.lost = self._lost_for_good()
+        return FaultOutcome(obs, "world", executed, reward, invalid)
+
     # ------------------------------------------------------------------ forking
     def _snapshot_state(self) -> _Native:
         tracker = self._tracker
@@ -568,6 +659,8 @@ class TextWorldEnv(TextAgentEnv):
             marks_moves=self._marks_moves,
             won=self.won,
             lost=self.lost,
+            blocked=self.blocked,
+            told=self._told,
         )
 
     def _restore_state(self, payload: _Native) -> None:
@@ -591,6 +684,8 @@ class TextWorldEnv(TextAgentEnv):
         self._marks_moves = payload.marks_moves
         self.won = payload.won
         self.lost = payload.lost
+        self.blocked = payload.blocked
+        self._told = payload.told
 
     def sample_action(self, rng: np.random.Generator) -> str:
         """A random admissible command (for seeded exploration in tests and baselines)."""
@@ -615,7 +710,24 @@ class TextWorldEnv(TextAgentEnv):
             out.append(text)
         out.sort()
         out.append("quests:" + "".join("1" if m else "0" for m in self._marks))
+        # A permanent fault's effect: things out of reach for the rest of the episode.
+        out.extend(
+            f"blocked {n}{' (told)' if n in self._told else ''}" for n in sorted(self.blocked)
+        )
         return "\n".join(out)
+
+
+def _names(command: str, name: str) -> bool:
+    """Whether ``command`` names ``name`` as whole words ("key" is not named by "keyring")."""
+    at = command.find(name)
+    while at >= 0:
+        end = at + len(name)
+        if (at == 0 or not command[at - 1].isalnum()) and (
+            end == len(command) or not command[end].isalnum()
+        ):
+            return True
+        at = command.find(name, at + 1)
+    return False
 
 
 class CoinCollectorEnv(TextWorldEnv):

@@ -72,6 +72,8 @@ class StateGraph:
         self.children: dict[Hashable, list[tuple[Any, Hashable]]] = {}
         self.status: dict[Hashable, int] = {}
         self.dist: dict[Hashable, int] = {}
+        # Distances when some entities are out of bounds: (entities, graph size) -> distances.
+        self._avoiding: dict[tuple[frozenset[str], int], dict[Hashable, int]] = {}
 
     def __len__(self) -> int:
         return len(self.children)
@@ -113,10 +115,14 @@ class StateGraph:
         self._distances()
         return True
 
-    def _distances(self) -> None:
+    def _distances(self, avoid: frozenset[str] = frozenset()) -> dict[Hashable, int]:
+        """Distances to a won node over the edges whose action names none of ``avoid``
+        (entity ids); with no ``avoid`` they become ``self.dist``."""
         parents: dict[Hashable, list[Hashable]] = {}
         for key, edges in self.children.items():
-            for _, child in edges:
+            for action, child in edges:
+                if avoid and touches(action, avoid):
+                    continue
                 parents.setdefault(child, []).append(key)
         dist = {k: 0 for k, s in self.status.items() if s == WON}
         queue = deque(dist)
@@ -126,17 +132,38 @@ class StateGraph:
                 if parent not in dist:
                     dist[parent] = dist[key] + 1
                     queue.append(parent)
-        self.dist = dist
+        if not avoid:
+            self.dist = dist
+        return dist
 
     def lookup(
-        self, state: Any, done: tuple[bool, ...], status: int
+        self, state: Any, done: tuple[bool, ...], status: int, avoid: frozenset[str] = frozenset()
     ) -> tuple[int, list[Any]] | None:
-        """``(cost to go, optimal actions)`` from a state, or None if the graph cannot hold it."""
+        """``(cost to go, optimal actions)`` from a state, or None if the graph cannot hold it.
+
+        ``avoid`` names entities (ids) no action may involve any more (a permanent fault put
+        them out of reach): the distances are then those of the graph without their actions.
+        """
         key = node_key(state, done)
         if key not in self.children and not self.explore(state, done, status):
             return None
-        cost = self.dist.get(key, UNREACHABLE)
+        dist = self.dist
+        if avoid:
+            memo = (avoid, len(self.children))
+            if memo not in self._avoiding:
+                self._avoiding[memo] = self._distances(avoid)
+            dist = self._avoiding[memo]
+        cost = dist.get(key, UNREACHABLE)
         if cost in (0, UNREACHABLE):
             return cost, []
-        best = [a for a, child in self.children[key] if self.dist.get(child) == cost - 1]
+        best = [
+            a
+            for a, child in self.children[key]
+            if dist.get(child) == cost - 1 and not (avoid and touches(a, avoid))
+        ]
         return cost, best
+
+
+def touches(action: Any, entities: frozenset[str]) -> bool:
+    """Whether the logic ``action`` involves one of ``entities`` (ids such as ``"c_0"``)."""
+    return any(v.name in entities for v in action.variables)

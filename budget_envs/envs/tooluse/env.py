@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from budget_envs._util import check_int, check_levels, check_split, split_seed
+from budget_envs._util import UNSEEN_SPLIT, check_int, check_levels, check_split, split_seed
 from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.envs.tooluse import oracle as orc
 from budget_envs.envs.tooluse.tasks import DECLINE_NOTE, LEVELS, Task, make_task
@@ -78,7 +78,10 @@ class ToolUseEnv(TextAgentEnv):
         world_seed: the seed of the generated world (customers, orders, products).
         split: ``"train"`` (default: the world of ``world_seed``, ids ``L<level>-<index>``),
             ``"valid"`` or ``"test"``: held-out tasks in their own world, drawn from a seed
-            derived from ``(world_seed, split)``, ids ``<split>/L<level>-<index>``.
+            derived from ``(world_seed, split)``, ids ``<split>/L<level>-<index>``;
+            ``"test_unseen"``: the same, with tickets worded by request templates no other split
+            uses and a request type of their own (a swap; see
+            :data:`~budget_envs.envs.tooluse.tasks.TEMPLATES`).
         render_mode, max_action_length, max_observation_length: see :class:`TextAgentEnv`.
 
     Example:
@@ -125,7 +128,7 @@ class ToolUseEnv(TextAgentEnv):
         )
         self.levels = check_levels(level, sorted(LEVELS))
         self.tasks_per_level = check_int("tasks_per_level", tasks_per_level, lo=1, hi=10**6)
-        self.split = check_split(split)
+        self.split = check_split(split, extra=(UNSEEN_SPLIT,))
         #: The seed of the world this env plays (``world_seed`` itself on the train split).
         self.world_seed = split_seed(
             check_int("world_seed", world_seed, lo=0, hi=2**32 - 1), self.split

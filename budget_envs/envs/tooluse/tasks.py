@@ -3,6 +3,10 @@
 A ticket asks for several operations on a customer's orders (cancel, re-address, note, return).
 Returns follow a store policy with three branches (refund, exchange, decline), so the gold
 program depends on facts the agent has to read. Generation is cheap and lazy (one task at reset).
+
+The ``test_unseen`` split (ids ``test_unseen/L<level>-<index>``) words its tickets with request
+templates no other split uses (:data:`TEMPLATES`), and adds a request type of its own: a *swap*
+(an exchange whatever the payment, inside the return window; declined outside it).
 """
 
 from __future__ import annotations
@@ -13,7 +17,17 @@ import numpy as np
 
 from budget_envs.envs.tooluse.world import RETURN_WINDOW, TODAY, World
 
-__all__ = ["LEVELS", "DECLINE_NOTE", "LevelSpec", "Op", "Task", "make_task", "parse_task_id"]
+__all__ = [
+    "LEVELS",
+    "DECLINE_NOTE",
+    "TEMPLATES",
+    "UNSEEN_POLICY",
+    "LevelSpec",
+    "Op",
+    "Task",
+    "make_task",
+    "parse_task_id",
+]
 
 #: The note that declines a return outside the window (the policy quotes it verbatim).
 DECLINE_NOTE = "Return declined: outside the 30-day window"
@@ -43,6 +57,50 @@ POLICY = (
 )
 
 
+#: The extra policy sentence of ``test_unseen`` tickets (the swap request exists only there).
+UNSEEN_POLICY = (
+    "A request to swap an item for another variant is an exchange for that variant, whatever the "
+    "payment, when the order is inside the return window; outside it the swap is declined like a "
+    "return."
+)
+
+#: Ticket templates: ``"seen"`` words every ticket of ``train``, ``valid`` and ``test``;
+#: ``"unseen"`` words the ``test_unseen`` tickets. No template text is shared by the two sets.
+#: ``header`` introduces a customer's requests, ``given`` a ticket about a named order, ``when``
+#: names an order by its day; the request kinds are ``cancel``, ``address``, ``note``,
+#: ``return`` and (unseen only) ``swap``.
+TEMPLATES: dict[str, dict[str, str]] = {
+    "seen": {
+        "header": "Customer {name} <{email}> writes:",
+        "given": "A customer writes about order {order}:",
+        "when": "my order from day {day}",
+        "cancel": "Please cancel {when}: {reason}.",
+        "address": 'Please ship {when} to "{address}" instead.',
+        "note": 'Please put the note "{note}" on {when}.',
+        "return": (
+            "I want to return the {product} ({color}, size {size}) I got in {when}; if it "
+            "cannot be refunded, I will take the {want_color} one in size {want_size} instead."
+        ),
+    },
+    "unseen": {
+        "header": "Message from {name} <{email}>:",
+        "given": "Message about order {order}:",
+        "when": "the order I placed on day {day}",
+        "cancel": "Stop {when} before it ships ({reason}).",
+        "address": 'Deliver {when} to this address from now on: "{address}".',
+        "note": 'Add this remark to {when}: "{note}".',
+        "return": (
+            "Sending back the {product} ({color}, size {size}) from {when}; should a refund be "
+            "ruled out, the {want_color} variant in size {want_size} would do."
+        ),
+        "swap": (
+            "Swap the {product} ({color}, size {size}) from {when} for the {want_color} variant "
+            "in size {want_size}, please."
+        ),
+    },
+}
+
+
 @dataclass(frozen=True)
 class LevelSpec:
     """How hard a level is: customers per ticket, requests per customer, deepest page used."""
@@ -67,7 +125,7 @@ LEVELS: dict[int, LevelSpec] = {
 class Op:
     """One request of a ticket."""
 
-    kind: str  # "cancel" | "address" | "note" | "return"
+    kind: str  # "cancel" | "address" | "note" | "return" | "swap" (test_unseen only)
     order_id: str
     item_id: str | None = None
     value: str | None = None  # cancel reason, new address, note text, or wanted product id
@@ -108,12 +166,22 @@ def _returnable(world: World, item_id: str) -> list[str]:
     return [p for p in world.models[prod.model] if p != prod.id and world.products[p].stock > 0]
 
 
-def _candidates(world: World, cid: str, max_page: int) -> list[tuple[str, str, str | None]]:
-    """Possible requests on a customer's orders up to ``max_page`` (memoized on the world)."""
-    key = ("candidates", cid, max_page)
+def _candidates(
+    world: World, cid: str, max_page: int, unseen: bool = False
+) -> list[tuple[str, str, str | None]]:
+    """Possible requests on a customer's orders up to ``max_page`` (memoized on the world).
+
+    With ``unseen`` (the ``test_unseen`` split) every second return request is a swap."""
+    key = ("candidates", cid, max_page, unseen)
     out = world.memo.get(key)
     if out is None:
-        out = world.memo[key] = _build_candidates(world, cid, max_page)
+        out = _build_candidates(world, cid, max_page)
+        if unseen:
+            out = [
+                ("swap", o, i) if k == "return" and n % 2 else (k, o, i)
+                for n, (k, o, i) in enumerate(out)
+            ]
+        world.memo[key] = out
     return out
 
 
@@ -133,21 +201,26 @@ def _build_candidates(world: World, cid: str, max_page: int) -> list[tuple[str, 
     return out
 
 
-def _describe(world: World, op: Op) -> str:
+def _describe(world: World, op: Op, words: dict[str, str], when: str | None = None) -> str:
+    """The request ``op`` in the templates ``words`` (``when`` replaces the order's day)."""
     order = world.orders[op.order_id]
-    when = f"my order from day {order.day}"
+    when = words["when"].format(day=order.day) if when is None else when
     if op.kind == "cancel":
-        return f"Please cancel {when}: {_REASONS[op.value]}."
+        return words["cancel"].format(when=when, reason=_REASONS[op.value])
     if op.kind == "address":
-        return f'Please ship {when} to "{op.value}" instead.'
+        return words["address"].format(when=when, address=op.value)
     if op.kind == "note":
-        return f'Please put the note "{op.value}" on {when}.'
+        return words["note"].format(when=when, note=op.value)
     item = world.items[op.item_id]
     prod = world.products[item.product_id]
     want = world.products[op.value]
-    return (
-        f"I want to return the {prod.name} ({prod.color}, size {prod.size}) I got in {when}; if it "
-        f"cannot be refunded, I will take the {want.color} one in size {want.size} instead."
+    return words[op.kind].format(
+        product=prod.name,
+        color=prod.color,
+        size=prod.size,
+        when=when,
+        want_color=want.color,
+        want_size=want.size,
     )
 
 
@@ -161,7 +234,7 @@ def _gold(world: World, op: Op) -> tuple[tuple[str, str], tuple | str | None]:
         return ("note", op.order_id), op.value
     if TODAY - order.day > RETURN_WINDOW:
         return ("note", op.order_id), DECLINE_NOTE
-    if order.method == "gift_card":
+    if op.kind == "swap" or order.method == "gift_card":
         return ("item", op.item_id), ("exchanged", op.value)
     return ("item", op.item_id), ("refunded", order.payment_id)
 
@@ -203,9 +276,14 @@ def _draw_op(world: World, rng: np.random.Generator, kind: str, oid: str, iid: s
 
 
 def make_task(world: World, task_id: str) -> Task:
-    """Draw the task ``task_id`` (``"L<level>-<index>"``) of ``world``; deterministic."""
+    """Draw the task ``task_id`` (``"L<level>-<index>"``) of ``world``; deterministic.
+
+    A ``test_unseen/`` id is worded with the unseen templates and may ask for swaps."""
     level, index = parse_task_id(task_id)
     spec = LEVELS[level]
+    unseen = task_id.startswith("test_unseen/")
+    words = TEMPLATES["unseen" if unseen else "seen"]
+    returns = ("return", "swap") if unseen else ("return",)
     rng = np.random.default_rng([0x7A5C, world.seed, level, index])
     cids = list(world.customers)
     if spec.given_order_p and rng.random() < spec.given_order_p:
@@ -214,18 +292,16 @@ def make_task(world: World, task_id: str) -> Task:
             cid = cids[int(rng.integers(len(cids)))]
             cands = [
                 (k, o, i)
-                for k, o, i in _candidates(world, cid, world.pages(cid))
-                if k == "return" and TODAY - world.orders[o].day <= RETURN_WINDOW
+                for k, o, i in _candidates(world, cid, world.pages(cid), unseen)
+                if k in returns and TODAY - world.orders[o].day <= RETURN_WINDOW
             ]
             if cands:
                 break
         kind, oid, iid = cands[int(rng.integers(len(cands)))]
         op = _draw_op(world, rng, kind, oid, iid)
-        text = _describe(world, op).replace(
-            f"my order from day {world.orders[oid].day}", f"order {oid}"
-        )
-        ticket = f"Support ticket {task_id}. A customer writes about order {oid}:\n1. {text}"
-        return _finish(world, task_id, level, ticket, (), (), (oid,), (op,))
+        text = _describe(world, op, words, when=f"order {oid}")
+        ticket = f"Support ticket {task_id}. {words['given'].format(order=oid)}\n1. {text}"
+        return _finish(world, task_id, level, ticket, (), (), (oid,), (op,), unseen)
 
     n_cust = int(rng.integers(spec.customers[0], spec.customers[1] + 1))
     eligible = world.memo.get(("eligible", spec.min_deep))
@@ -239,11 +315,11 @@ def make_task(world: World, task_id: str) -> Task:
         if cid in chosen:
             continue
         n_ops = int(rng.integers(spec.ops[0], spec.ops[1] + 1))
-        cands = _candidates(world, cid, spec.max_page)
-        deep = world.memo.get(("deep", cid, spec.max_page, spec.min_deep))
+        cands = _candidates(world, cid, spec.max_page, unseen)
+        deep = world.memo.get(("deep", cid, spec.max_page, spec.min_deep, unseen))
         if deep is None:
             deep = [c for c in cands if world.orders[c[1]].page >= spec.min_deep]
-            world.memo[("deep", cid, spec.max_page, spec.min_deep)] = deep
+            world.memo[("deep", cid, spec.max_page, spec.min_deep, unseen)] = deep
         if not deep:
             continue
         picks = [deep[int(rng.integers(len(deep)))]]
@@ -266,13 +342,15 @@ def make_task(world: World, task_id: str) -> Task:
     n = 1
     for cid, ops in zip(chosen, plan):
         cust = world.customers[cid]
-        lines.append(f"Customer {cust.name} <{cust.email}> writes:")
+        lines.append(words["header"].format(name=cust.name, email=cust.email))
         for op in ops:
-            lines.append(f"{n}. {_describe(world, op)}")
+            lines.append(f"{n}. {_describe(world, op, words)}")
             n += 1
     emails = tuple(world.customers[c].email for c in chosen)
     ops_all = tuple(op for ops in plan for op in ops)
-    return _finish(world, task_id, level, "\n".join(lines), emails, tuple(chosen), (), ops_all)
+    return _finish(
+        world, task_id, level, "\n".join(lines), emails, tuple(chosen), (), ops_all, unseen
+    )
 
 
 def _finish(
@@ -284,6 +362,7 @@ def _finish(
     customers: tuple,
     given: tuple,
     ops: tuple[Op, ...],
+    unseen: bool = False,
 ) -> Task:
     gold = [_gold(world, op) for op in ops]
     answer = 0
@@ -294,7 +373,7 @@ def _finish(
     return Task(
         task_id=task_id,
         level=level,
-        ticket=f"{ticket}\n{POLICY}",
+        ticket=f"{ticket}\n{POLICY} {UNSEEN_POLICY}" if unseen else f"{ticket}\n{POLICY}",
         emails=emails,
         customers=customers,
         given_orders=given,

@@ -11,12 +11,14 @@ import random
 from dataclasses import dataclass, field
 
 __all__ = [
+    "ALL_TYPES",
     "CATALOGUE_VERSION",
     "CATEGORY_SEP",
     "COLORS",
     "Product",
     "TypeSpec",
     "TYPES",
+    "UNSEEN_TYPES",
     "generate_catalogue",
 ]
 
@@ -551,6 +553,86 @@ TYPES: tuple[TypeSpec, ...] = (
     ),
 )
 
+_DOG = [
+    "machine washable",
+    "reflective stitching",
+    "chew resistant",
+    "orthopedic foam",
+    "puppy friendly",
+    "padded handle",
+    "veterinarian approved",
+    "non toxic",
+    "calming design",
+]
+_CAT = [
+    "odor control",
+    "clumping formula",
+    "dust free",
+    "scratch resistant",
+    "veterinarian approved",
+    "non toxic",
+    "sisal rope",
+    "calming design",
+]
+_CAMP = [
+    "lightweight",
+    "waterproof",
+    "compact folding",
+    "three season",
+    "carry strap",
+    "anti tear",
+    "quick setup",
+    "mummy shape",
+]
+_FIT = [
+    "sweat wicking",
+    "extra thick",
+    "adjustable",
+    "non slip",
+    "rust proof",
+    "tangle free",
+    "carry strap",
+    "home gym",
+]
+PET_SIZES = ["small", "medium", "large", "x-large"]
+WEIGHTS = ["5 pound", "10 pound", "20 pound", "30 pound", "40 pound"]
+PERSONS = ["1 person", "2 person", "4 person", "6 person"]
+THICKNESS = ["4 mm", "6 mm", "8 mm", "10 mm"]
+TEMPERATURE = ["20 degree", "30 degree", "40 degree", "50 degree"]
+
+#: Product types that only the ``test_unseen`` split's catalogue holds: two categories (pet
+#: supplies, sports and outdoors) that no other catalogue, and so no other split's goal, has.
+UNSEEN_TYPES: tuple[TypeSpec, ...] = (
+    _t("pets", ["Pet Supplies", "Dogs"], "dog leash", _DOG, {"color": COLORS, "size": LENGTHS}, 16),
+    _t("pets", ["Pet Supplies", "Dogs"], "dog bed", _DOG, {"size": PET_SIZES, "color": COLORS}, 45),
+    _t("pets", ["Pet Supplies", "Dogs"], "chew toy", _DOG, {"size": PET_SIZES, "style": PACKS}, 11),
+    _t(
+        "pets", ["Pet Supplies", "Cats"], "cat litter", _CAT, {"size": WEIGHTS, "scent": SCENTS}, 19
+    ),
+    _t("pets", ["Pet Supplies", "Cats"], "scratching post", _CAT, {"color": COLORS}, 35),
+    _t("sports", ["Sports & Outdoors", "Camping"], "camping tent", _CAMP, {"size": PERSONS}, 89),
+    _t(
+        "sports",
+        ["Sports & Outdoors", "Camping"],
+        "sleeping bag",
+        _CAMP,
+        {"size": TEMPERATURE, "color": COLORS},
+        49,
+    ),
+    _t(
+        "sports",
+        ["Sports & Outdoors", "Fitness"],
+        "yoga mat",
+        _FIT,
+        {"color": COLORS, "size": THICKNESS},
+        25,
+    ),
+    _t("sports", ["Sports & Outdoors", "Fitness"], "dumbbell set", _FIT, {"size": WEIGHTS}, 59),
+    _t("sports", ["Sports & Outdoors", "Fitness"], "jump rope", _FIT, {"color": COLORS}, 12),
+)
+#: Every type; a product's ``type_index`` indexes this (the first ``len(TYPES)`` are TYPES).
+ALL_TYPES: tuple[TypeSpec, ...] = TYPES + UNSEEN_TYPES
+
 _SYLL_A = [
     "lu",
     "ma",
@@ -653,7 +735,7 @@ class Product:
     @property
     def spec(self) -> TypeSpec:
         """The product's type."""
-        return TYPES[self.type_index]
+        return ALL_TYPES[self.type_index]
 
     @property
     def product_category(self) -> str:
@@ -691,15 +773,22 @@ def _price(rng: random.Random, base: float) -> float:
     return round(max(2.0, round(value)) - rng.choice([0.01, 0.01, 0.05, 0.51]), 2)
 
 
-def generate_catalogue(seed: int, num_products: int = 10_000) -> list[Product]:
-    """Generate ``num_products`` products from ``seed`` (deterministic in any process)."""
+def generate_catalogue(
+    seed: int, num_products: int = 10_000, unseen_types: bool = False
+) -> list[Product]:
+    """Generate ``num_products`` products from ``seed`` (deterministic in any process).
+
+    The products cycle through :data:`TYPES`, or with ``unseen_types`` through
+    :data:`ALL_TYPES` (the ``test_unseen`` catalogue: the usual types plus
+    :data:`UNSEEN_TYPES`)."""
+    types = ALL_TYPES if unseen_types else TYPES
     rng = random.Random(f"budgetmix-webshop-catalogue:{CATALOGUE_VERSION}:{seed}")
     brands = _brand_names(rng, 320)
     seen: set[str] = set()
     products: list[Product] = []
     for i in range(num_products):
-        type_index = i % len(TYPES)
-        spec = TYPES[type_index]
+        type_index = i % len(types)
+        spec = types[type_index]
         brand = rng.choice(brands)
         n_attr = rng.randint(3, 5)
         attributes = rng.sample(list(spec.attributes), n_attr)

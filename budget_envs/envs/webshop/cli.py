@@ -24,7 +24,8 @@ def _is_loopback(host: str) -> bool:
 
 
 def serve_main(argv: Sequence[str] | None = None) -> int:
-    """``serve-web --port P [--host H] [--seed S] [--products N]``: serve the shop until Ctrl-C."""
+    """``serve-web --port P [--host H] [--seed S] [--products N] [--unseen-types]``: serve the
+    shop until Ctrl-C."""
     parser = argparse.ArgumentParser(
         prog="budgetmix serve-web",
         description="Serve the BudgetMix web shop (HTML for people, JSON API for envs).",
@@ -35,6 +36,12 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0, help="catalogue seed")
     parser.add_argument("--products", type=int, default=10_000, help="catalogue size")
+    parser.add_argument(
+        "--unseen-types",
+        action="store_true",
+        help="add the held-out product types (the catalogue of split='test_unseen'; its seed is "
+        "the env's catalogue_seed for that split)",
+    )
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be in 0..65535, got {args.port}")
@@ -50,7 +57,7 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
             "no authentication",
             file=sys.stderr,
         )
-    shop = get_shop(args.seed, args.products)
+    shop = get_shop(args.seed, args.products, args.unseen_types)
     httpd = make_server(WebShopApp(shop), args.host, args.port)
     host, port = httpd.server_address[:2]
     print(
@@ -62,6 +69,12 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         f"catalogue_seed={args.seed})",
         flush=True,
     )
+    if args.unseen_types:
+        print(
+            "  (the catalogue of split='test_unseen': the env is made with that split and the "
+            "train catalogue_seed this seed was derived from)",
+            flush=True,
+        )
     try:
         httpd.serve_forever(poll_interval=0.5)
     except KeyboardInterrupt:

@@ -16,19 +16,21 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from budget_envs._util import check_int, check_levels, check_split, split_seed
+from budget_envs._util import UNSEEN_SPLIT, check_int, check_levels, check_split, split_seed
 from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.envs.webshop.oracle import oracle
 from budget_envs.envs.webshop.scoring import SCORING_MODES
 from budget_envs.envs.webshop.shop import SEP
-from budget_envs.envs.webshop.tasks import LEVELS, Task
+from budget_envs.envs.webshop.tasks import LEVELS, PAGE_SIZE, Task
 from budget_envs.errors import ActionRejected, WebShopServerError
 
 __all__ = ["WebShopEnv", "WebShopServerError"]
 
 logger = logging.getLogger(__name__)
 
-_FAULTS = ("http_error", "stale_page", "slow_response")
+_FAULTS = ("http_error", "stale_page", "slow_response", "out_of_stock", "delisted")
+#: The permanent kinds and the session-state list each one grows.
+_PERMANENT = {"out_of_stock": "out_of_stock", "delisted": "delisted"}
 _REASONS = {500: "Internal Server Error", 503: "Service Unavailable"}
 
 
@@ -71,6 +73,20 @@ def _stop_server(server) -> None:
         logger.debug("stopping the web shop server failed", exc_info=True)
 
 
+def _on_screen(state: dict[str, Any]) -> list[str]:
+    """The products the page of ``state`` shows: the current results page, the product of an
+    item page or sub-page, or the cart entries on the start page."""
+    page = state.get("page")
+    if page == "results":
+        start = (int(state["page_no"]) - 1) * PAGE_SIZE
+        return list(state["results"][start : start + PAGE_SIZE])
+    if page in ("item", "sub") and state.get("asin"):
+        return [state["asin"]]
+    if page == "search":
+        return [c["asin"] for c in state.get("cart", [])]
+    return []
+
+
 class WebShopEnv(TextAgentEnv):
     """Find and buy the product(s) the instruction describes with ``search[...]``/``click[...]``.
 
@@ -83,7 +99,10 @@ class WebShopEnv(TextAgentEnv):
             ``L<level>-<index>``), ``"valid"`` or ``"test"``: held-out tasks on their own
             catalogue, whose seed is derived from ``(catalogue_seed, split)`` (``env.catalogue_seed``
             holds it: a running server for a held-out split is started with that seed), ids
-            ``<split>/L<level>-<index>``.
+            ``<split>/L<level>-<index>``; ``"test_unseen"``: the same, on a catalogue that adds
+            product types of two categories no other catalogue has
+            (:data:`~budget_envs.envs.webshop.catalogue.UNSEEN_TYPES`), every goal one of them
+            (a running server for it is started with ``--unseen-types``).
         num_products: catalogue size of an own server (a running server decides its own).
         scoring: ``"exact"`` (default) or ``"webshop"`` (WebShop's fuzzy semantics).
         base_url: a running shop server (``budgetmix serve-web``); None starts one.
@@ -119,6 +138,8 @@ class WebShopEnv(TextAgentEnv):
         "http_error": ("explicit", "transient"),
         "stale_page": ("silent", "transient"),
         "slow_response": ("explicit", "transient"),
+        "out_of_stock": ("explicit", "permanent"),
+        "delisted": ("silent", "permanent"),
     }
 
     def __init__(
@@ -146,8 +167,10 @@ class WebShopEnv(TextAgentEnv):
         tasks_per_level = check_int("tasks_per_level", tasks_per_level, lo=1, hi=10_000)
         num_products = check_int("num_products", num_products, lo=1000)
         catalogue_seed = check_int("catalogue_seed", catalogue_seed)
-        self.split = check_split(split)
+        self.split = check_split(split, extra=(UNSEEN_SPLIT,))
         catalogue_seed = split_seed(catalogue_seed, self.split)
+        #: Whether the catalogue holds the held-out product types (``split="test_unseen"``).
+        self.unseen_types = self.split == UNSEEN_SPLIT
         if scoring not in SCORING_MODES:
             raise ValueError(f"scoring must be one of {SCORING_MODES}, got {scoring!r}")
         if base_url is not None and (
@@ -209,7 +232,9 @@ class WebShopEnv(TextAgentEnv):
     def _start_server(self) -> None:
         from budget_envs.envs.webshop.server import ShopServer
 
-        self._server = ShopServer.start(self.catalogue_seed, self.num_products, host=self.host)
+        self._server = ShopServer.start(
+            self.catalogue_seed, self.num_products, host=self.host, unseen_types=self.unseen_types
+        )
         self._finalizer = weakref.finalize(self, _stop_server, self._server)
         logger.info("web shop server started at %s", self._server.base_url)
 
@@ -240,6 +265,17 @@ class WebShopEnv(TextAgentEnv):
             raise WebShopServerError(
                 f"the server at {self.base_url} serves catalogue seed {info.get('seed')!r}, "
                 f"but this env was made with catalogue_seed={self.catalogue_seed}"
+            )
+        if bool(info.get("unseen_types", False)) != self.unseen_types:
+            raise WebShopServerError(
+                f"the server at {self.base_url} "
+                + (
+                    "has no held-out product types: split='test_unseen' needs a server started "
+                    "with --unseen-types"
+                    if self.unseen_types
+                    else "serves the test_unseen catalogue (--unseen-types), but this env plays "
+                    f"split={self.split!r}"
+                )
             )
 
     def _request(
@@ -368,7 +404,15 @@ class WebShopEnv(TextAgentEnv):
             self.won = self._score >= 1.0
             self.lost = not self.won
             return self._score
+        self._check_lost()
         return 0.0
+
+    def _check_lost(self) -> None:
+        """After a permanent fault a task can be lost before any purchase (its target sold out,
+        or delisted and out of sight): then ``lost`` is set, as the contract's "lost for good"."""
+        state = self._state
+        if (state.get("out_of_stock") or state.get("delisted")) and not (self.won or self.lost):
+            self.lost = oracle(self._task, state)[1] >= UNREACHABLE
 
     def _execute(self, action: str) -> tuple[str, float]:
         data = self._step_request(action)
@@ -437,7 +481,8 @@ class WebShopEnv(TextAgentEnv):
 
     # ---------------------------------------------------------------- faults
     def fault_kinds(self) -> tuple[str, ...]:
-        """``http_error`` (500/503, page unchanged), ``stale_page``, ``slow_response``."""
+        """``http_error`` (500/503, page unchanged), ``stale_page``, ``slow_response``,
+        ``out_of_stock`` and ``delisted`` (permanent)."""
         return _FAULTS
 
     def _fault(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
@@ -449,7 +494,22 @@ class WebShopEnv(TextAgentEnv):
 
         Reward, score and purchase of an action that runs are the normal turn's. A malformed
         action is rejected as on any turn (the fault then changes nothing).
+
+        Permanent kinds (the effect is part of the session state, so of ``state_hash`` and of
+        snapshots): the action is handled as usual, then one product the page now shows (a
+        result of the current results page, the product of an item page, a cart entry on the
+        start page; drawn from ``rng``) is hit for the rest of the episode:
+
+        * ``out_of_stock``: it can no longer be bought; the pages say so (results, item page,
+          cart) and a notice is shown; buying it or checking out a cart holding it is refused;
+        * ``delisted`` (silent): searches no longer list it and it leaves the current result
+          list; nothing says so.
+
+        The oracle plans around the effect; when the target is hit beyond reach (sold out, or
+        delisted and not on screen any more) the task is lost (``cost_to_go()`` UNREACHABLE).
         """
+        if kind in _PERMANENT:
+            return self._permanent(kind, rng, action)
         runnable = self.check_action(action) is None
         if kind == "http_error":
             status = int(rng.choice([500, 503]))
@@ -473,6 +533,30 @@ class WebShopEnv(TextAgentEnv):
             return FaultOutcome(data["stale_view"], "observation", action, reward)
         note = f"(The page took {delay / 1000:.2f} s to load.)"
         return FaultOutcome(f"{self._view}{SEP}{note}", "observation", action, reward)
+
+    def _permanent(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
+        obs, reward, invalid = self._attempt(action)
+        executed = None if invalid else action
+        if self.won or self.lost:
+            return FaultOutcome(obs, "none", executed, reward, invalid)
+        state = json.loads(json.dumps(self._state))
+        listed = _PERMANENT[kind]
+        hit = set(state.get(listed) or ())
+        pool = [a for a in _on_screen(state) if a not in hit]
+        if not pool:
+            return FaultOutcome(obs, "none", executed, reward, invalid)
+        asin = pool[int(rng.integers(len(pool)))]
+        state[listed] = sorted(hit | {asin})
+        if kind == "delisted" and asin in state["results"]:
+            state["results"] = [a for a in state["results"] if a != asin]
+            pages = max(1, -(-len(state["results"]) // PAGE_SIZE))
+            state["page_no"] = min(int(state["page_no"]), pages)
+        self._apply(self._request("PUT", f"/api/sessions/{self._sid}", json={"state": state}))
+        self._check_lost()
+        if kind == "delisted":
+            return FaultOutcome(self._view, "world", executed, reward, invalid)
+        note = f"Notice: item {asin} is now out of stock; it can no longer be bought."
+        return FaultOutcome(f"{self._view}{SEP}{note}", "world", executed, reward, invalid)
 
     # ---------------------------------------------------------------- snapshots
     def _snapshot_state(self) -> dict[str, Any]:
@@ -538,6 +622,12 @@ class WebShopEnv(TextAgentEnv):
         super().close()
 
     def _state_digest(self) -> str:
-        """The shop session: page, query, results page, product and sub-page, options, cart."""
-        state = {k: v for k, v in self._state.items() if k != "sid"}
+        """The shop session: page, query, results page, product and sub-page, options, cart,
+        and what permanent faults did (out-of-stock and delisted products; left out while
+        empty, so a fault-free state hashes as it always did)."""
+        state = {
+            k: v
+            for k, v in self._state.items()
+            if k != "sid" and not (k in ("out_of_stock", "delisted") and not v)
+        }
         return json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=True)

@@ -9,6 +9,11 @@ the way to success, so the breadth-first distance over this graph is the exact c
 
 Any query that lists the target on page 1 is as good as its title; ``oracle_actions`` names the
 title query and, when it does, the instruction's natural query.
+
+Permanent faults enter through the state: a target that is out of stock can never be bought
+(every goal item has exactly one product scoring 1.0, so the task is lost), and a delisted
+target can no longer be found by a search (only reached from its own page or a result list
+that still holds it).
 """
 
 from __future__ import annotations
@@ -62,15 +67,16 @@ def _abstract(task: Task, state: dict[str, Any]) -> tuple:
     return (loc, ok, wrong)
 
 
-def _moves(task: Task, s: tuple):
-    """(move, next state) pairs; next state ``_SUCCESS`` ends the episode won."""
+def _moves(task: Task, s: tuple, hidden: frozenset[int] = frozenset()):
+    """(move, next state) pairs; next state ``_SUCCESS`` ends the episode won. ``hidden``:
+    goal items that search no longer lists."""
     loc, ok, wrong = s
     full = (1 << len(task.items)) - 1
     multi = task.multi
     kind = loc[0]
     if kind == "search":
         for j in range(len(task.items)):
-            if not ok >> j & 1:
+            if not ok >> j & 1 and j not in hidden:
                 yield ("search", j), (("results", (1, 1, ((j, 1),))), ok, wrong)
         if wrong:
             yield ("remove",), (loc, ok, wrong - 1)
@@ -107,7 +113,7 @@ def _moves(task: Task, s: tuple):
         yield ("buy",), _SUCCESS
 
 
-def _distance(task: Task, start: tuple) -> int:
+def _distance(task: Task, start: tuple, hidden: frozenset[int] = frozenset()) -> int:
     if start == _SUCCESS:
         return 0
     seen = {start: 0}
@@ -115,7 +121,7 @@ def _distance(task: Task, start: tuple) -> int:
     while queue:
         s = queue.popleft()
         d = seen[s]
-        for _, nxt in _moves(task, s):
+        for _, nxt in _moves(task, s, hidden):
             if nxt == _SUCCESS:
                 return d + 1
             if nxt not in seen:
@@ -159,13 +165,18 @@ def _concrete(task: Task, state: dict[str, Any], move: tuple) -> list[str]:
 
 def oracle(task: Task, state: dict[str, Any]) -> tuple[list[str], int]:
     """``(optimal next actions, cost_to_go)`` for ``state`` of ``task`` (not finished)."""
+    sold_out = set(state.get("out_of_stock") or ())
+    if any(it.asin in sold_out for it in task.items):
+        return [], UNREACHABLE
+    delisted = set(state.get("delisted") or ())
+    hidden = frozenset(j for j, it in enumerate(task.items) if it.asin in delisted)
     start = _abstract(task, state)
-    best = _distance(task, start)
+    best = _distance(task, start, hidden)
     if best >= UNREACHABLE:
         return [], UNREACHABLE
     actions: list[str] = []
-    for move, nxt in _moves(task, start):
-        if 1 + _distance(task, nxt) == best:
+    for move, nxt in _moves(task, start, hidden):
+        if 1 + _distance(task, nxt, hidden) == best:
             for a in _concrete(task, state, move):
                 if a not in actions:
                     actions.append(a)

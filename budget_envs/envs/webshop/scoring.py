@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from budget_envs.envs.webshop.catalogue import CATEGORY_SEP, TYPES, Product
+from budget_envs.envs.webshop.catalogue import ALL_TYPES, CATEGORY_SEP, Product
 
 __all__ = [
     "SCORING_MODES",
@@ -62,7 +62,7 @@ _COLOR_SET = [
     "yellow",
     "orange",
 ]
-_NOUN_WORDS = frozenset(w for spec in TYPES for w in _WORD.findall(spec.noun))
+_NOUN_WORDS = frozenset(w for spec in ALL_TYPES for w in _WORD.findall(spec.noun))
 _NOT_NOUNS = frozenset(
     "a an and the of with for in on to by premium classic everyday ultra deluxe essential "
     "original pro signature advanced pure smart compact soft fresh elite free long short "

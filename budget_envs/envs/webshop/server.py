@@ -190,13 +190,19 @@ class ShopServer:
 
     @classmethod
     def start(
-        cls, seed: int = 0, num_products: int = 10_000, host: str = "127.0.0.1", port: int = 0
+        cls,
+        seed: int = 0,
+        num_products: int = 10_000,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        unseen_types: bool = False,
     ) -> ShopServer:
-        """Build (or reuse) the shop for ``seed`` and serve it on ``host:port`` (0 = free port)."""
+        """Build (or reuse) the shop for ``seed`` and serve it on ``host:port`` (0 = free port);
+        ``unseen_types`` adds the held-out product types (the ``test_unseen`` split's shop)."""
         from budget_envs.envs.webshop.app import WebShopApp
         from budget_envs.envs.webshop.shop import get_shop
 
-        return cls(WebShopApp(get_shop(seed, num_products)), host, port)
+        return cls(WebShopApp(get_shop(seed, num_products, unseen_types)), host, port)
 
     @property
     def alive(self) -> bool:

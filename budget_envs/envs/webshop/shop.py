@@ -14,7 +14,12 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from budget_envs.envs.webshop.catalogue import CATALOGUE_VERSION, Product, generate_catalogue
+from budget_envs.envs.webshop.catalogue import (
+    CATALOGUE_VERSION,
+    TYPES,
+    Product,
+    generate_catalogue,
+)
 from budget_envs.envs.webshop.scoring import SCORING_MODES, product_record, score_item
 from budget_envs.envs.webshop.search import SearchIndex
 from budget_envs.envs.webshop.tasks import PAGE_SIZE, Task, make_task
@@ -27,6 +32,7 @@ SUBPAGES = ("description", "features", "reviews", "attributes")
 PAGES = ("search", "results", "item", "sub", "done")
 _ACTION = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*$", re.S | re.I)
 _SPACES = re.compile(r"\s+")
+_BUYING = ("click[buy now]", "click[add to cart]", "click[checkout]")
 
 
 class Block(NamedTuple):
@@ -58,7 +64,12 @@ def block(text: str, kind: str = "text") -> Block:
 
 @dataclass
 class SessionState:
-    """Everything a session holds; JSON-able through :meth:`to_dict` (the snapshot format)."""
+    """Everything a session holds; JSON-able through :meth:`to_dict` (the snapshot format).
+
+    ``out_of_stock`` and ``delisted`` are the effects of permanent faults, kept for the rest of
+    the session: products that can no longer be bought (the pages say so), and products that
+    search no longer lists (nothing says so).
+    """
 
     task_id: str
     scoring: str = "exact"
@@ -70,6 +81,8 @@ class SessionState:
     sub: str | None = None
     selected: dict[str, str] = field(default_factory=dict)
     cart: list[dict[str, Any]] = field(default_factory=list)
+    out_of_stock: list[str] = field(default_factory=list)
+    delisted: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able deep copy."""
@@ -84,6 +97,8 @@ class SessionState:
             "sub": self.sub,
             "selected": dict(self.selected),
             "cart": [{"asin": c["asin"], "options": dict(c["options"])} for c in self.cart],
+            "out_of_stock": list(self.out_of_stock),
+            "delisted": list(self.delisted),
         }
 
 
@@ -106,15 +121,21 @@ def _norm(text: str) -> str:
 class Shop:
     """A catalogue with its search index and tasks; sessions are plain :class:`SessionState`."""
 
-    def __init__(self, seed: int = 0, num_products: int = 10_000) -> None:
+    def __init__(
+        self, seed: int = 0, num_products: int = 10_000, unseen_types: bool = False
+    ) -> None:
         self.seed = int(seed)
         self.num_products = int(num_products)
+        #: Whether the catalogue holds the held-out types (the ``test_unseen`` split's shop).
+        self.unseen_types = bool(unseen_types)
         self.version = CATALOGUE_VERSION
-        self.products = generate_catalogue(self.seed, self.num_products)
+        self.products = generate_catalogue(self.seed, self.num_products, self.unseen_types)
         self._by_asin = {p.asin: p for p in self.products}
         self.by_type: dict[int, list[Product]] = {}
         for p in self.products:
             self.by_type.setdefault(p.type_index, []).append(p)
+        #: The products of the held-out types (goals of ``test_unseen/`` tasks are drawn here).
+        self.unseen_products = [p for p in self.products if p.type_index >= len(TYPES)]
         self.index = SearchIndex(self.products)
         self._tasks: OrderedDict[str, Task] = OrderedDict()
         self._task_lock = threading.Lock()
@@ -148,7 +169,12 @@ class Shop:
 
     def info(self) -> dict[str, Any]:
         """What the server tells clients about itself."""
-        return {"seed": self.seed, "num_products": self.num_products, "version": self.version}
+        return {
+            "seed": self.seed,
+            "num_products": self.num_products,
+            "version": self.version,
+            "unseen_types": self.unseen_types,
+        }
 
     # ---------------------------------------------------------------- views
     def blocks(self, state: SessionState) -> list[Block]:
@@ -167,9 +193,12 @@ class Shop:
                 for c in state.cart:
                     p = self.product(c["asin"])
                     opts = ", ".join(c["options"].values()) or "no options"
-                    out.append(block(f"{p.asin}: {p.title} ({opts}) ${p.price:.2f}"))
+                    gone = " (out of stock)" if p.asin in state.out_of_stock else ""
+                    out.append(block(f"{p.asin}: {p.title} ({opts}) ${p.price:.2f}{gone}"))
                     out.append(block(f"Remove {p.asin}", "button"))
-                if state.cart:
+                if state.cart and self._cart_sold_out(state):
+                    out.append(block("Remove the out-of-stock items to check out."))
+                elif state.cart:
                     out.append(block("Checkout", "button"))
             out.append(block("Search", "button"))
             return out
@@ -189,6 +218,8 @@ class Shop:
             for asin in state.results[start : start + PAGE_SIZE]:
                 p = self.product(asin)
                 out += [block(p.asin, "button"), block(p.title), block(f"${p.price:.2f}")]
+                if asin in state.out_of_stock:
+                    out.append(block("Out of stock"))
             if not n:
                 out.append(block("No products match your search."))
             return out
@@ -205,10 +236,17 @@ class Shop:
         out.append(block(f"Price: ${p.price:.2f}"))
         out.append(block(f"Rating: {p.rating if p.rating is not None else 'N.A.'}"))
         out += [block(s.capitalize(), "button") for s in SUBPAGES]
+        if p.asin in state.out_of_stock:
+            out.append(block("Currently unavailable: this item is out of stock."))
+            return out
         if task.multi:
             out.append(block("Add to Cart", "button"))
         out.append(block("Buy Now", "button"))
         return out
+
+    @staticmethod
+    def _cart_sold_out(state: SessionState) -> bool:
+        return any(c["asin"] in state.out_of_stock for c in state.cart)
 
     @staticmethod
     def _sub_blocks(p: Product, sub: str | None) -> list[Block]:
@@ -278,12 +316,27 @@ class Shop:
                 )
             state.query = arg
             state.results = self.search_asins(arg)
+            if state.delisted:
+                state.results = [a for a in state.results if a not in state.delisted]
             state.page, state.page_no, state.asin, state.sub = "results", 1, None, None
             state.selected = {}
             return StepResult()
         target = f"click[{arg}]"
         buttons = {b.action: b for b in self.blocks(state) if b.action is not None}
         buttons.pop("click[search]", None)
+        if target not in buttons and target in _BUYING:
+            if state.page == "item" and state.asin in state.out_of_stock:
+                return StepResult(
+                    invalid=True,
+                    feedback="Invalid action: this item is out of stock; it cannot be bought "
+                    "or added to the cart.",
+                )
+            if state.page == "search" and self._cart_sold_out(state):
+                return StepResult(
+                    invalid=True,
+                    feedback="Invalid action: the cart holds an out-of-stock item; remove it "
+                    "to check out.",
+                )
         if target not in buttons:
             shown = arg if len(arg) <= 60 else arg[:57] + "..."
             return StepResult(
@@ -412,6 +465,8 @@ class Shop:
                 sub=data["sub"],
                 selected=dict(data["selected"]),
                 cart=[{"asin": c["asin"], "options": dict(c["options"])} for c in data["cart"]],
+                out_of_stock=[str(a) for a in data.get("out_of_stock") or []],
+                delisted=[str(a) for a in data.get("delisted") or []],
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed state: {exc}") from None
@@ -427,6 +482,9 @@ class Shop:
             and (st.page != "sub" or st.sub is not None)
             and len(st.cart) <= 20
             and all(self.has_product(c["asin"]) for c in st.cart)
+            and len(st.out_of_stock) <= 1000
+            and len(st.delisted) <= 1000
+            and all(self.has_product(a) for a in st.out_of_stock + st.delisted)
         )
         if ok:
             for opts, asin in [(st.selected, st.asin)] + [
@@ -440,7 +498,7 @@ class Shop:
         return st
 
 
-_SHOPS: dict[tuple[int, int], Shop] = {}
+_SHOPS: dict[tuple[int, int, bool], Shop] = {}
 _SHOPS_LOCK = threading.Lock()
 _FORK_HOOK: list[bool] = []
 
@@ -452,9 +510,9 @@ def _forget_shops_in_child() -> None:
     _SHOPS_LOCK = threading.Lock()
 
 
-def get_shop(seed: int = 0, num_products: int = 10_000) -> Shop:
-    """A process-wide shared :class:`Shop` per (seed, size): the catalogue is built once."""
-    key = (int(seed), int(num_products))
+def get_shop(seed: int = 0, num_products: int = 10_000, unseen_types: bool = False) -> Shop:
+    """A process-wide shared :class:`Shop` per (seed, size, types): the catalogue is built once."""
+    key = (int(seed), int(num_products), bool(unseen_types))
     if not _FORK_HOOK:
         _FORK_HOOK.append(True)
         os.register_at_fork(after_in_child=_forget_shops_in_child)

@@ -102,13 +102,14 @@ class Task:
 
 
 def parse_task_id(task_id: str) -> tuple[int, int]:
-    """``"L3-0042"`` (or a held-out split's ``"test/L3-0042"``) -> ``(3, 42)``.
+    """``"L3-0042"`` (or a held-out split's ``"test/L3-0042"``, ``"test_unseen/L3-0042"``) ->
+    ``(3, 42)``.
 
     Raises ValueError on anything else.
     """
     if isinstance(task_id, str):
         split, sep, rest = task_id.partition("/")
-        if sep and split in ("valid", "test"):
+        if sep and split in ("valid", "test", "test_unseen"):
             task_id = rest
     if not isinstance(task_id, str) or len(task_id) > 16 or not task_id.startswith("L"):
         raise ValueError(f"bad task id {task_id!r}; expected e.g. 'L1-0000'")
@@ -190,9 +191,14 @@ def _level_params(level: int, rng: random.Random) -> dict[str, Any]:
 
 
 def _draw_item(
-    shop: Shop, rng: random.Random, params: dict[str, Any], single: bool, used_types: set[int]
+    shop: Shop,
+    rng: random.Random,
+    params: dict[str, Any],
+    single: bool,
+    used_types: set[int],
+    pool: list[Product],
 ) -> GoalItem | None:
-    p = shop.products[rng.randrange(len(shop.products))]
+    p = pool[rng.randrange(len(pool))]
     if p.type_index in used_types:
         return None
     dims = list(p.options)
@@ -261,8 +267,19 @@ def _draw_item(
 
 
 def make_task(shop: Shop, task_id: str) -> Task:
-    """Build task ``task_id`` (e.g. ``"L2-0007"``) on ``shop``'s catalogue, deterministically."""
+    """Build task ``task_id`` (e.g. ``"L2-0007"``) on ``shop``'s catalogue, deterministically.
+
+    A ``test_unseen/`` task needs a shop with the held-out types and draws its goals from them
+    only (ValueError otherwise)."""
     level, index = parse_task_id(task_id)
+    pool = shop.products
+    if task_id.startswith("test_unseen/"):
+        if not shop.unseen_types:
+            raise ValueError(
+                f"task {task_id!r} needs the test_unseen catalogue (a shop with the held-out "
+                "types: budgetmix serve-web --unseen-types)"
+            )
+        pool = shop.unseen_products
     rng = random.Random(f"budgetmix-webshop-task:{shop.seed}:{level}:{index}")
     params = _level_params(level, rng)
     n = params["n"]
@@ -273,7 +290,7 @@ def make_task(shop: Shop, task_id: str) -> Task:
         attempts += 1
         if attempts > 20_000:
             raise TaskGenerationError(f"no task found for {task_id!r} on seed {shop.seed}")
-        item = _draw_item(shop, rng, params, n == 1, used)
+        item = _draw_item(shop, rng, params, n == 1, used, pool)
         if item is None:
             continue
         items.append(item)
