@@ -26,6 +26,7 @@ import numpy as np
 from gymnasium.error import DependencyNotInstalled
 
 __all__ = [
+    "names_entity",
     "CACHE_ENV_VAR",
     "cache_root",
     "check_int",
@@ -136,6 +137,20 @@ def tool_call_action(name: str, arguments: Any) -> str:
 
 
 # ---------------------------------------------------------------------- constructor checks
+def names_entity(command: str, name: str) -> bool:
+    """Whether ``command`` names ``name`` as whole words ("mug 1" is not named by "mug 10", nor
+    "key" by "keyring")."""
+    at = command.find(name)
+    while at >= 0:
+        end = at + len(name)
+        if (at == 0 or not command[at - 1].isalnum()) and (
+            end == len(command) or not command[end].isalnum()
+        ):
+            return True
+        at = command.find(name, at + 1)
+    return False
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from budget_envs._util import cache_root, check_int, check_levels
+from budget_envs._util import names_entity as _names
 from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.envs.alfworld import generate
 from budget_envs.envs.alfworld.engine import AlfredEngine, GameFileError
@@ -594,19 +595,6 @@ class AlfWorldEnv(TextAgentEnv):
         # A permanent fault's effect: objects out of reach for the rest of the episode.
         out.extend(f"blocked {name}" for name in sorted(self.blocked))
         return "\n".join(out)
-
-
-def _names(command: str, name: str) -> bool:
-    """Whether ``command`` names the entity ``name`` ("mug 1" is not named by "mug 10")."""
-    at = command.find(name)
-    while at >= 0:
-        end = at + len(name)
-        if (at == 0 or not command[at - 1].isalnum()) and (
-            end == len(command) or not command[end].isalnum()
-        ):
-            return True
-        at = command.find(name, at + 1)
-    return False
 
 
 #: Facts ``_state_digest`` leaves out: the path record and the per-task constants.

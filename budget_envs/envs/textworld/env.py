@@ -30,6 +30,7 @@ from budget_envs._util import (
     import_optional,
     split_seed,
 )
+from budget_envs._util import names_entity as _names
 from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.envs.textworld import generate as gen
 from budget_envs.envs.textworld.oracle import LIVE, QuestRules, StateGraph
@@ -715,19 +716,6 @@ class TextWorldEnv(TextAgentEnv):
             f"blocked {n}{' (told)' if n in self._told else ''}" for n in sorted(self.blocked)
         )
         return "\n".join(out)
-
-
-def _names(command: str, name: str) -> bool:
-    """Whether ``command`` names ``name`` as whole words ("key" is not named by "keyring")."""
-    at = command.find(name)
-    while at >= 0:
-        end = at + len(name)
-        if (at == 0 or not command[at - 1].isalnum()) and (
-            end == len(command) or not command[end].isalnum()
-        ):
-            return True
-        at = command.find(name, at + 1)
-    return False
 
 
 class CoinCollectorEnv(TextWorldEnv):
