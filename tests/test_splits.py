@@ -65,6 +65,18 @@ def test_an_unknown_split_is_a_typed_error_quoting_it(env_id):
         make(env_id, budget=None, split="holdout")
 
 
+def _in_two_processes(code):
+    """``code``'s output in two fresh processes with different hash seeds."""
+    out = []
+    for hash_seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=hash_seed)
+        run = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+        )
+        out.append(run.stdout)
+    return out
+
+
 def test_held_out_ids_are_the_same_in_a_fresh_process():
     code = (
         "import warnings, gymnasium as gym, budget_envs\n"
@@ -73,13 +85,7 @@ def test_held_out_ids_are_the_same_in_a_fresh_process():
         "t = e.unwrapped.task_ids[0]\n"
         "print(t, e.unwrapped.world_seed, e.unwrapped.task_identity(t)[2:])\n"
     )
-    out = []
-    for hash_seed in ("1", "2"):
-        env = dict(os.environ, PYTHONHASHSEED=hash_seed)
-        run = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
-        )
-        out.append(run.stdout)
+    out = _in_two_processes(code)
     assert out[0].startswith("test/L1-") and out[0] == out[1]
 
 
@@ -243,11 +249,5 @@ def test_test_unseen_ids_and_tasks_are_the_same_in_a_fresh_process():
         "e.reset(options={'task_id': t})\n"
         "print(t, e.unwrapped.world_seed, e.unwrapped.task.ticket)\n"
     )
-    out = []
-    for hash_seed in ("1", "2"):
-        env = dict(os.environ, PYTHONHASHSEED=hash_seed)
-        run = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
-        )
-        out.append(run.stdout)
+    out = _in_two_processes(code)
     assert out[0].startswith("test_unseen/L") and out[0] == out[1]
