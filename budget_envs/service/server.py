@@ -12,7 +12,9 @@ and ``/health`` describe and check the server. This module adds what the suite n
 * :class:`Guard`, an ASGI middleware: idle WebSocket sessions are closed (and their env freed)
   after ``idle_timeout`` seconds, oversized messages get an error frame and leave the session
   alive, oversized HTTP bodies get 413;
-* ``GET /sessions``: active and maximum sessions.
+* ``GET /sessions``: active and maximum sessions;
+* :class:`EnvLane`: every session's env calls run one at a time, on the event loop while they
+  are cheap (no thread hop per step), on one worker thread when they are not.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ import asyncio  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
+import time  # noqa: E402
 import warnings  # noqa: E402
 from collections import OrderedDict  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -39,7 +43,16 @@ from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata
 from budget_envs.registry import entry_for  # noqa: E402
 from budget_envs.service.models import BudgetAction, BudgetObservation, BudgetState  # noqa: E402
 
-__all__ = ["DEFAULT_MAX_SESSIONS", "Guard", "ServeConfig", "SessionEnv", "create_app", "serve"]
+__all__ = [
+    "DEFAULT_MAX_SESSIONS",
+    "EnvLane",
+    "Guard",
+    "ServeConfig",
+    "SessionEnv",
+    "create_app",
+    "run_app",
+    "serve",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +64,8 @@ DEFAULT_IDLE_TIMEOUT = 300.0
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 #: Answers a session remembers for request-id retries.
 REPLAY_CACHE = 1024
+#: Seconds (running average) above which env calls leave the event loop for the worker thread.
+INLINE_LIMIT_S = 0.002
 
 _DEFAULT = object()
 
@@ -101,6 +116,54 @@ class ServeConfig:
             return gym.make(self.env_id, **self.make_kwargs())
 
 
+class EnvLane:
+    """Runs the env calls of every session of one server one at a time, in arrival order.
+
+    A call runs inline on the event loop while calls of its kind are cheap (running average
+    under ``inline_limit_s``) and none waits on the worker thread; otherwise it runs on the
+    one worker thread, and the next calls follow it there until the worker is idle again.
+    Handing a 20 us ToolUse step to a thread costs more than the step (a future, a wake-up
+    of the loop, and the GIL passed back and forth around every SQLite call, which at 64+
+    sessions stalls the loop's sockets); a slow call (an ALFWorld step, building an env)
+    inline would stall every other session's socket for its duration.
+    """
+
+    def __init__(self, inline_limit_s: float = INLINE_LIMIT_S) -> None:
+        self.inline_limit_s = inline_limit_s
+        self._mean: dict[str, float] = {}
+        self._queued = 0
+        self._executor: ThreadPoolExecutor | None = None
+
+    def _timed(self, kind: str, call: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return call()
+        finally:
+            dt = time.perf_counter() - t0
+            mean = self._mean.get(kind)
+            self._mean[kind] = dt if mean is None else 0.9 * mean + 0.1 * dt
+
+    async def run(self, kind: str, call: Any, *, inline: bool = True) -> Any:
+        """``call()``, inline or on the worker thread (always there with ``inline=False``)."""
+        if inline and not self._queued and self._mean.get(kind, 0.0) < self.inline_limit_s:
+            return self._timed(kind, call)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="budget-envs")
+        self._queued += 1
+        try:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(
+                self._executor, functools.partial(self._timed, kind, call)
+            )
+        finally:
+            self._queued -= 1
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+
+
 class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
     """One session's env. Built cheaply; the Gymnasium env is made at the first reset.
 
@@ -109,14 +172,15 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
-    # Every session's env runs on one shared worker thread (OpenEnv's single-thread executor),
-    # not on a thread per session: under the GIL more threads add no parallelism, and with 64+
-    # of them the hand-offs of the GIL around every SQLite call cost more than the steps.
+    # Resets and steps go through the server's EnvLane (``reset_async`` / ``step_async``);
+    # what OpenEnv still runs in its executor (building this object, ``close``) runs on one
+    # shared thread, not a thread per session: under the GIL more threads add no parallelism.
     REQUIRES_SINGLE_THREAD_EXECUTOR = True
 
-    def __init__(self, config: ServeConfig) -> None:
+    def __init__(self, config: ServeConfig, lane: EnvLane | None = None) -> None:
         super().__init__()
         self._config = config
+        self._lane = EnvLane() if lane is None else lane
         self._env: gym.Env | None = None
         self._episode_id: str | None = None
         self._steps = 0
@@ -249,6 +313,29 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         )
         self._record(action.request_id, key, obs)
         return self._wire(obs, delta=True)
+
+    async def reset_async(
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        options: dict[str, Any] | None = None,
+        request_id: str | None = None,
+        **kwargs: Any,
+    ) -> BudgetObservation:
+        """:meth:`reset` through the server's lane; the first one (it builds the env) always
+        runs on the worker thread."""
+        call = functools.partial(self.reset, seed, episode_id, options, request_id, **kwargs)
+        if self._env is None:
+            return await self._lane.run("open", call, inline=False)
+        return await self._lane.run("reset", call)
+
+    async def step_async(
+        self, action: BudgetAction, timeout_s: float | None = None, **kwargs: Any
+    ) -> BudgetObservation:
+        """:meth:`step` through the server's lane (inline on the event loop while cheap)."""
+        return await self._lane.run(
+            "step", functools.partial(self.step, action, timeout_s, **kwargs)
+        )
 
     @property
     def state(self) -> BudgetState:
@@ -439,8 +526,9 @@ def create_app(
     from fastapi import FastAPI
 
     app = FastAPI(title=f"budget-envs: {entry.id}", description=entry.description)
+    lane = EnvLane()
     server = HTTPEnvServer(
-        env=functools.partial(SessionEnv, config),
+        env=functools.partial(SessionEnv, config, lane),
         action_cls=BudgetAction,
         observation_cls=BudgetObservation,
         state_cls=BudgetState,
@@ -465,6 +553,7 @@ def create_app(
         }
 
     def close_host() -> None:
+        lane.close()
         if app.state.host is not None:
             app.state.host.close()
             app.state.host = None
@@ -479,6 +568,31 @@ def create_app(
     return app
 
 
+def run_app(
+    app: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "warning",
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+) -> None:
+    """Run an ASGI app under uvicorn with the service's WebSocket settings until interrupted."""
+    import uvicorn
+
+    # uvicorn's own cap sits above the guard's, so an oversized message gets the guard's clear
+    # error frame instead of a bare close; beyond this, the connection is closed (1009).
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        ws_max_size=max(16 * max_message_bytes, 16 << 20),
+        # Observations are small JSON on a local network: compressing each one costs more CPU
+        # than it saves.
+        ws_per_message_deflate=False,
+    )
+
+
 def serve(
     env_id: str,
     *,
@@ -488,19 +602,6 @@ def serve(
     **app_kwargs: Any,
 ) -> None:
     """Run :func:`create_app` under uvicorn until interrupted (``budgetmix serve`` calls it)."""
-    import uvicorn
-
     max_bytes = app_kwargs.get("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES)
     app = create_app(env_id, **app_kwargs)
-    # uvicorn's own cap sits above the guard's, so an oversized message gets the guard's clear
-    # error frame instead of a bare close; beyond this, the connection is closed (1009).
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        log_level=log_level,
-        ws_max_size=max(16 * max_bytes, 16 << 20),
-        # Observations are small JSON on a local network: compressing each one costs more CPU
-        # than it saves.
-        ws_per_message_deflate=False,
-    )
+    run_app(app, host=host, port=port, log_level=log_level, max_message_bytes=max_bytes)

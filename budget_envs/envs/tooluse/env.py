@@ -8,6 +8,7 @@ start state) and the answer is right.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -67,6 +68,18 @@ def _down_message(name: str) -> str:
         f"Error: the {name} tool is down (HTTP 503 Service Unavailable) and stays down for the "
         "rest of this session; the call was not run."
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _task_table(
+    levels: tuple[int, ...], tasks_per_level: int, split: str
+) -> tuple[tuple[str, ...], dict[str, int]]:
+    """The task ids of one configuration and their index, built once per process: building
+    them (25,000 ids by default) took ~25 ms, most of a new env's first reset."""
+    width = max(5, len(str(tasks_per_level - 1)))
+    prefix = "" if split == "train" else f"{split}/"
+    ids = tuple(f"{prefix}L{lv}-{i:0{width}d}" for lv in levels for i in range(tasks_per_level))
+    return ids, {t: i for i, t in enumerate(ids)}
 
 
 class ToolUseEnv(TextAgentEnv):
@@ -133,12 +146,14 @@ class ToolUseEnv(TextAgentEnv):
         self.world_seed = split_seed(
             check_int("world_seed", world_seed, lo=0, hi=2**32 - 1), self.split
         )
-        self._task_list: list[str] | None = None
         self._world: World | None = None
         self._conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         self._task: Task | None = None
         self._gold: orc.Gold | None = None
         self._pr = orc.Progress()
+        #: (task, what was shown, calls): the last :meth:`candidate_actions`, reused while
+        #: neither changes.
+        self._candidates: tuple[Task, tuple, tuple[str, ...]] | None = None
         self._score = 0.0
         # Permanent faults: tools that are down, read tools that answer from the start state.
         self._down: frozenset[str] = frozenset()
@@ -148,14 +163,10 @@ class ToolUseEnv(TextAgentEnv):
     @property
     def task_ids(self) -> Sequence[str]:
         """``"L<level>-<index>"`` for every level selected, ``tasks_per_level`` each."""
-        if self._task_list is None:
-            levels = self.levels
-            width = max(5, len(str(self.tasks_per_level - 1)))
-            prefix = "" if self.split == "train" else f"{self.split}/"
-            self._task_list = [
-                f"{prefix}L{lv}-{i:0{width}d}" for lv in levels for i in range(self.tasks_per_level)
-            ]
-        return self._task_list
+        return _task_table(self.levels, self.tasks_per_level, self.split)[0]
+
+    def _task_index(self) -> dict[str, int]:
+        return _task_table(self.levels, self.tasks_per_level, self.split)[1]
 
     def task_identity(self, task_id: str) -> tuple:
         """The world's seed and the ticket's requests (customers, orders, operations)."""
@@ -220,10 +231,22 @@ class ToolUseEnv(TextAgentEnv):
         if self._done:
             return []
         world, pr, task = self.world, self._pr, self._task
+        # The calls depend only on the ticket and on what was shown (ids, models listed,
+        # refunds made); most steps change none of them, so the last list is reused
+        # (building it, ~11 JSON texts, was two thirds of a step).
+        refunded = sorted(
+            target
+            for (kind, target), value in pr.changed.items()
+            if kind == "item" and value[0] == "refunded"
+        )
+        revealed = sorted(pr.revealed)
+        key = (tuple(revealed), tuple(sorted(pr.listed)), tuple(refunded))
+        memo = self._candidates
+        if memo is not None and memo[0] is task and memo[1] == key:
+            return list(memo[2])
         calls: list[tuple[str, dict]] = [("list_promotions", {})]
         calls += [("find_customer", {"email": e}) for e in _EMAIL.findall(task.ticket)]
         quoted = [q for q in _QUOTED.findall(task.ticket) if parse_money(q) is None]
-        revealed = sorted(pr.revealed)
         amounts: set[int] = set()
         for rid in revealed:
             kind = rid[:3]
@@ -265,11 +288,7 @@ class ToolUseEnv(TextAgentEnv):
                 for name in ("list_variants", "get_product", "get_product_reviews"):
                     calls.append((name, {"product_id": rid}))
         # What refund_item answered in this episode ("refunded": amount), and their sum.
-        refunds = [
-            world.items[target].qty * world.items[target].price_cents
-            for (kind, target), value in pr.changed.items()
-            if kind == "item" and value[0] == "refunded"
-        ]
+        refunds = [world.items[t].qty * world.items[t].price_cents for t in refunded]
         amounts.update(refunds)
         amounts.update((0, sum(refunds)))
         for cents in sorted(amounts):
@@ -281,6 +300,7 @@ class ToolUseEnv(TextAgentEnv):
             if text not in seen:
                 seen.add(text)
                 out.append(text)
+        self._candidates = (task, key, tuple(out))
         return out
 
     # ------------------------------------------------------------------ stepping
