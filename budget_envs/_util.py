@@ -108,6 +108,10 @@ def cache_root(family: str, cache_dir: str | os.PathLike | None = None) -> Path:
 
 
 # ---------------------------------------------------------------------- tool calls
+#: ``json.dumps`` of one str (ASCII-escaped, as ``json.dumps``' default), without the dispatch.
+_encode_str = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+
+
 def tool_calls_action(calls: Iterable[tuple[str, Any]]) -> str:
     """The action text of native tool calls: ``{"tool_calls": [{"name", "arguments"}, ...]}``.
 
@@ -130,9 +134,21 @@ def tool_calls_action(calls: Iterable[tuple[str, Any]]) -> str:
 def tool_call_action(name: str, arguments: Any) -> str:
     """The action text of one native tool call (see :func:`tool_calls_action`).
 
+    The same text as ``tool_calls_action([(name, arguments)])``; string arguments are encoded
+    directly (a tool-use state offers hundreds of calls, and ``json.dumps`` of each was most of
+    a step).
+
     >>> tool_call_action("submit", {"answer": "done"})
     '{"tool_calls":[{"name":"submit","arguments":{"answer":"done"}}]}'
     """
+    if (
+        isinstance(name, str)
+        and type(arguments) is dict
+        and all(type(k) is str and (v is None or type(v) is str) for k, v in arguments.items())
+    ):
+        enc = _encode_str
+        body = ",".join(f"{enc(k)}:{enc(v)}" for k, v in arguments.items() if v is not None)
+        return f'{{"tool_calls":[{{"name":{enc(name)},"arguments":{{{body}}}}}]}}'
     return tool_calls_action([(name, arguments)])
 
 

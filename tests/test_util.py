@@ -53,3 +53,23 @@ def test_one_tool_call_text_for_agents_and_the_oracle():
         two
         == '{"tool_calls":[{"name":"a","arguments":{"x":1}},{"name":"b","arguments":"{broken"}]}'
     )
+
+
+def test_one_tool_call_text_is_exactly_the_json_form():
+    import random
+
+    from budget_envs._util import tool_call_action, tool_calls_action
+
+    rng = random.Random(0)
+    alphabet = ["a", '"', "\\", "\n", "\x00", "é", "中", "\u2028", "😀", " ", "/", "\t", "\x7f"]
+
+    def text(n):
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, n)))
+
+    for _ in range(3000):
+        args = {text(5): rng.choice([None, text(8)]) for _ in range(rng.randint(0, 4))}
+        name = text(6) or "x"
+        assert tool_call_action(name, args) == tool_calls_action([(name, args)]), (name, args)
+    # non-string arguments and raw strings take the general path
+    assert tool_call_action("f", {"n": 3}) == '{"tool_calls":[{"name":"f","arguments":{"n":3}}]}'
+    assert tool_call_action("f", "{broken") == tool_calls_action([("f", "{broken")])

@@ -154,6 +154,9 @@ class ToolUseEnv(TextAgentEnv):
         #: (task, what was shown, calls): the last :meth:`candidate_actions`, reused while
         #: neither changes.
         self._candidates: tuple[Task, tuple, tuple[str, ...]] | None = None
+        #: {(id, context, quoted texts): (call texts, amounts)}: the calls a shown id adds, a
+        #: pure function of the key in this env's world, so kept across episodes (bounded).
+        self._blocks: dict[tuple, tuple[tuple[str, ...], tuple[int, ...]]] = {}
         self._score = 0.0
         # Permanent faults: tools that are down, read tools that answer from the start state.
         self._down: frozenset[str] = frozenset()
@@ -244,64 +247,84 @@ class ToolUseEnv(TextAgentEnv):
         memo = self._candidates
         if memo is not None and memo[0] is task and memo[1] == key:
             return list(memo[2])
-        calls: list[tuple[str, dict]] = [("list_promotions", {})]
-        calls += [("find_customer", {"email": e}) for e in _EMAIL.findall(task.ticket)]
-        quoted = [q for q in _QUOTED.findall(task.ticket) if parse_money(q) is None]
+        blocks = self._blocks
+        if len(blocks) > 200_000:
+            blocks.clear()
+        quoted = tuple(q for q in _QUOTED.findall(task.ticket) if parse_money(q) is None)
+        texts: list[str] = [call_json("list_promotions", {})]
+        texts += [call_json("find_customer", {"email": e}) for e in _EMAIL.findall(task.ticket)]
         amounts: set[int] = set()
         for rid in revealed:
-            kind = rid[:3]
-            if kind == "cus":
-                calls.append(("list_orders", {"customer_id": rid}))
-                calls.append(("get_loyalty_points", {"customer_id": rid}))
-            elif kind == "cur":
-                calls.append(
-                    ("list_orders", {"customer_id": world.cursor_owner[rid][0], "cursor": rid})
-                )
-            elif kind == "ord":
-                calls.append(("get_order", {"order_id": rid}))
-                calls.append(("track_shipment", {"order_id": rid}))
-                for reason in TOOL_BY_NAME["cancel_order"].params[1].enum:
-                    calls.append(("cancel_order", {"order_id": rid, "reason": reason}))
-                for text in quoted:
-                    calls.append(("update_address", {"order_id": rid, "address": text}))
-                for text in [*quoted, ""]:
-                    calls.append(("set_order_note", {"order_id": rid, "note": text}))
-            elif kind == "itm":
+            # What an id adds depends on the ticket and, for an item, on whether its payment,
+            # its model's listing and which variants were shown: built once per context.
+            context: tuple = ()
+            if rid[:3] == "itm":
                 item = world.items[rid]
                 order = world.orders[item.order_id]
-                amounts.add(item.price_cents)
-                if order.payment_id in pr.revealed:
-                    calls.append(
-                        (
-                            "refund_item",
-                            {"order_id": order.id, "item_id": rid, "payment_id": order.payment_id},
-                        )
-                    )
                 model = world.products[item.product_id].model
-                if model in pr.listed:
-                    for pid in world.models[model]:
-                        if pid != item.product_id and pid in pr.revealed:
-                            args = {"order_id": order.id, "item_id": rid, "new_product_id": pid}
-                            calls.append(("exchange_item", args))
-            elif kind == "prd":
-                amounts.add(world.products[rid].price_cents)
-                for name in ("list_variants", "get_product", "get_product_reviews"):
-                    calls.append((name, {"product_id": rid}))
+                variants = (
+                    tuple(p for p in world.models[model] if p in pr.revealed)
+                    if model in pr.listed
+                    else None
+                )
+                context = (order.payment_id in pr.revealed, variants)
+            block = blocks.get((rid, context, quoted))
+            if block is None:
+                block = blocks[(rid, context, quoted)] = self._id_calls(rid, quoted)
+            texts += block[0]
+            amounts.update(block[1])
         # What refund_item answered in this episode ("refunded": amount), and their sum.
         refunds = [world.items[t].qty * world.items[t].price_cents for t in refunded]
         amounts.update(refunds)
         amounts.update((0, sum(refunds)))
         for cents in sorted(amounts):
-            calls.append(("submit", {"answer": f"{cents // 100}.{cents % 100:02d}"}))
-        out: list[str] = []
-        seen: set[str] = set()
-        for name, args in calls:
-            text = call_json(name, args)
-            if text not in seen:
-                seen.add(text)
-                out.append(text)
+            texts.append(call_json("submit", {"answer": f"{cents // 100}.{cents % 100:02d}"}))
+        out = list(dict.fromkeys(texts))
         self._candidates = (task, key, tuple(out))
         return out
+
+    def _id_calls(
+        self, rid: str, quoted: tuple[str, ...]
+    ) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """The candidate calls one shown id adds (in order) and the amounts it shows."""
+        world, pr = self.world, self._pr
+        calls: list[tuple[str, dict]] = []
+        amounts: list[int] = []
+        kind = rid[:3]
+        if kind == "cus":
+            calls.append(("list_orders", {"customer_id": rid}))
+            calls.append(("get_loyalty_points", {"customer_id": rid}))
+        elif kind == "cur":
+            calls.append(
+                ("list_orders", {"customer_id": world.cursor_owner[rid][0], "cursor": rid})
+            )
+        elif kind == "ord":
+            calls.append(("get_order", {"order_id": rid}))
+            calls.append(("track_shipment", {"order_id": rid}))
+            for reason in TOOL_BY_NAME["cancel_order"].params[1].enum:
+                calls.append(("cancel_order", {"order_id": rid, "reason": reason}))
+            for text in quoted:
+                calls.append(("update_address", {"order_id": rid, "address": text}))
+            for text in [*quoted, ""]:
+                calls.append(("set_order_note", {"order_id": rid, "note": text}))
+        elif kind == "itm":
+            item = world.items[rid]
+            order = world.orders[item.order_id]
+            amounts.append(item.price_cents)
+            if order.payment_id in pr.revealed:
+                args = {"order_id": order.id, "item_id": rid, "payment_id": order.payment_id}
+                calls.append(("refund_item", args))
+            model = world.products[item.product_id].model
+            if model in pr.listed:
+                for pid in world.models[model]:
+                    if pid != item.product_id and pid in pr.revealed:
+                        args = {"order_id": order.id, "item_id": rid, "new_product_id": pid}
+                        calls.append(("exchange_item", args))
+        elif kind == "prd":
+            amounts.append(world.products[rid].price_cents)
+            for name in ("list_variants", "get_product", "get_product_reviews"):
+                calls.append((name, {"product_id": rid}))
+        return tuple(call_json(name, args) for name, args in calls), tuple(amounts)
 
     # ------------------------------------------------------------------ stepping
     def _execute(self, action: str) -> tuple[str, float]:
