@@ -324,7 +324,12 @@ class HFTurnGenerator:
         self.pad_token_id = int(pad_token_id)
         self.eos_token_ids = [int(e) for e in eos_token_ids]
         self.temperature = float(temperature or 1.0)
-        self.reuse_cache = bool(reuse_cache) and generation_config.use_cache is not False
+        # A configured cache kind (static, quantized, ...) is the user's: never pass our own.
+        self.reuse_cache = (
+            bool(reuse_cache)
+            and generation_config.use_cache is not False
+            and getattr(generation_config, "cache_implementation", None) is None
+        )
         self.calls = 0
         self.reused = 0  # calls that extended the previous call's cache
         self._kv: Any = None  # the cache of the last call
