@@ -4,9 +4,13 @@ Run: ``.venv/bin/python -m pytest benchmarks/bench_trl.py --benchmark-only -p no
 
 Goal (issue 12): at batch 8 the batched rollout samples at least 4x the tokens per second of
 playing the same 8 episodes one at a time (role ``baseline``). Both play ToolUse level 1 with
-the offline tiny model, warm-started so episodes run several turns, under greedy decoding
+the offline tiny model, warm-started long enough that its replies end and episodes run several
+turns (the setup asserts it: a model that never ends a reply plays one ``generate`` call per
+episode, which measures a single batched call, not a rollout), under greedy decoding
 (``top_k=1``) so both play exactly the same tokens; the time per sampled token is compared, and
 the ratio printed at the end is batched / one-at-a-time (0.25 or less meets the goal).
+
+Both paths run with the same torch thread count: the core count, or ``BENCH_TORCH_THREADS``.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ LIMIT = 384
 @pytest.fixture(scope="module")
 def setup():
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    torch.set_num_threads(2)
+    torch.set_num_threads(int(os.environ.get("BENCH_TORCH_THREADS") or os.cpu_count() or 1))
     rollout = BudgetMixRollout(
         ENV_ID, budget=6, env_kwargs={"level": 1}, max_turn_tokens=48, show_actions=False
     )
@@ -48,12 +52,18 @@ def setup():
         corpus += [obs, *env.unwrapped.oracle_actions()]
     tok = build_tiny_tokenizer(corpus, vocab_size=2048)
     model = build_tiny_model(tok, seed=0)
-    warm_start(model, oracle_examples(rollout, tok, n_episodes=16), steps=40, lr=5e-3)
+    warm_start(model, oracle_examples(rollout, tok, n_episodes=16), steps=120, lr=1e-2)
     from transformers import GenerationConfig
 
     greedy = GenerationConfig(do_sample=True, top_k=1, temperature=1.0)
     tasks = list(rollout.env.unwrapped.task_ids[:BATCH])
-    return rollout, tok, model, greedy, [task_prompt(t) for t in tasks]
+    prompts = [task_prompt(t) for t in tasks]
+    episodes = rollout.play(
+        prompts, model, tok, max_completion_length=LIMIT, generation_config=greedy
+    )
+    turns = [len(ep.replies) for ep in episodes]
+    assert sum(turns) >= 2 * BATCH, f"episodes too short to measure a rollout: {turns}"
+    return rollout, tok, model, greedy, prompts
 
 
 def _play(setup, batched: bool) -> int:

@@ -403,6 +403,27 @@ def test_rollout_is_token_exact_against_the_generator(toy_policy, tmp_path, monk
         assert text.count("<|im_start|>assistant") == 1, text
 
 
+def test_kept_kv_cache_plays_the_same_tokens_and_logprobs_as_a_full_prefill(toy_policy):
+    from transformers import GenerationConfig
+
+    tok, model = toy_policy
+    prompts = [task_prompt("toy-003")] * 3 + [task_prompt("toy-011")] * 3 + [task_prompt("toy-020")]
+    played = {}
+    for reuse in (True, False):
+        rollout = BudgetMixRollout(TOY, budget=(3, 8), seed=4, max_turn_tokens=8)
+        rollout.reuse_cache = reuse
+        greedy = GenerationConfig(do_sample=True, top_k=1, temperature=1.0)
+        eps = rollout.play(prompts, model, tok, max_completion_length=96, generation_config=greedy)
+        played[reuse] = (eps, rollout.last_generation_calls, rollout.last_cache_reuses)
+    (cached, calls, reuses), (full, full_calls, full_reuses) = played[True], played[False]
+    assert calls >= 2, "no second turn: the cache was never extended"
+    assert reuses == calls - 1 and full_reuses == 0
+    assert full_calls == calls
+    for a, b in zip(cached, full, strict=True):
+        assert a.completion_ids == b.completion_ids and a.env_mask == b.env_mask
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
+
+
 def test_top_k_1_gives_identical_rollouts_under_different_sampler_seeds(toy_policy, tmp_path):
     tok, model = toy_policy
     prompts = [task_prompt("toy-005")] * 4 + [task_prompt("toy-020")] * 4

@@ -297,6 +297,16 @@ class HFTurnGenerator:
     ``max_new_tokens`` changes per call. Log-probabilities are those of the sampled ids under
     ``log_softmax(logits / temperature)`` of the raw logits, which is what GRPO's forward pass
     computes for the same ids.
+
+    The KV cache of one call is kept for the next (``reuse_cache``): when every new context
+    extends a context of the previous call (the rollout's next turn: the reply, then the env's
+    tokens), only the new tokens are run through the model. Without it every turn re-runs the
+    whole history, and at batch 8 that prefill is a third of a turn's time. The cache keeps the
+    previous call's layout; positions that hold no token of a row (left padding, the tokens
+    generated after a row's reply ended, the padding of the new segment) are masked out, and
+    position ids count only unmasked tokens, so every row sees exactly its own sequence. Rows
+    of episodes that ended are dropped from the cache. A cache that is not a plain
+    ``DynamicCache`` (sliding window, static, quantized) is not reused.
     """
 
     def __init__(
@@ -307,13 +317,41 @@ class HFTurnGenerator:
         pad_token_id: int,
         eos_token_ids: Sequence[int],
         temperature: float = 1.0,
+        reuse_cache: bool = True,
     ) -> None:
         self.model = model
         self.generation_config = generation_config
         self.pad_token_id = int(pad_token_id)
         self.eos_token_ids = [int(e) for e in eos_token_ids]
         self.temperature = float(temperature or 1.0)
+        # A configured cache kind (static, quantized, ...) is the user's: never pass our own.
+        self.reuse_cache = (
+            bool(reuse_cache)
+            and generation_config.use_cache is not False
+            and getattr(generation_config, "cache_implementation", None) is None
+        )
         self.calls = 0
+        self.reused = 0  # calls that extended the previous call's cache
+        self._kv: Any = None  # the cache of the last call
+        self._kv_ids: Any = None  # (rows, cached width): the ids laid out as in the cache
+        self._kv_mask: Any = None  # (rows, cached width): 1 where a row's own token is cached
+        self._kv_rows: list[list[int]] = []  # per row, the ids whose keys/values are cached
+
+    def _match(self, contexts: Sequence[Sequence[int]]) -> list[int] | None:
+        """The cached row each context extends (in order), or None when one extends none."""
+        if self._kv is None:
+            return None
+        rows, start = [], 0
+        for ctx in contexts:
+            for r in range(start, len(self._kv_rows)):
+                done = self._kv_rows[r]
+                if len(ctx) > len(done) and list(ctx[: len(done)]) == done:
+                    rows.append(r)
+                    start = r + 1
+                    break
+            else:
+                return None
+        return rows
 
     def generate(
         self, contexts: Sequence[Sequence[int]], max_new_tokens: int
@@ -324,23 +362,45 @@ class HFTurnGenerator:
 
         self.calls += 1
         device = next(self.model.parameters()).device
-        width = max(len(c) for c in contexts)
+        rows = self._match(contexts) if self.reuse_cache else None
+        cache = None
+        if rows is None:
+            done = [[] for _ in contexts]
+            head_ids = torch.zeros((len(contexts), 0), dtype=torch.long)
+            head_mask = torch.zeros((len(contexts), 0), dtype=torch.long)
+        else:
+            self.reused += 1
+            index = torch.tensor(rows, dtype=torch.long)
+            cache = self._kv
+            cache.batch_select_indices(index.to(device))
+            done = [self._kv_rows[r] for r in rows]
+            head_ids, head_mask = self._kv_ids[index], self._kv_mask[index]
+        self._kv = None  # consumed; set again below when the new cache is usable
+        tails = [list(ctx[len(d) :]) for ctx, d in zip(contexts, done)]
+        width = max(len(t) for t in tails)
         ids = torch.full((len(contexts), width), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(contexts), width), dtype=torch.long)
-        for row, ctx in enumerate(contexts):
-            ids[row, width - len(ctx) :] = torch.tensor(list(ctx), dtype=torch.long)
-            mask[row, width - len(ctx) :] = 1
+        for row, tail in enumerate(tails):
+            ids[row, width - len(tail) :] = torch.tensor(tail, dtype=torch.long)
+            mask[row, width - len(tail) :] = 1
+        ids, mask = torch.cat([head_ids, ids], dim=1), torch.cat([head_mask, mask], dim=1)
         config = copy.deepcopy(self.generation_config)
         config.max_new_tokens = int(max_new_tokens)
         config.min_new_tokens = None
         config.max_length = None
         config.output_logits = True
         config.return_dict_in_generate = True
+        cache_name = _generation_names()[0]
+        kwargs = {} if cache is None else {cache_name: cache}
         with torch.no_grad():
             out = self.model.generate(
-                input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                generation_config=config,
+                **kwargs,
             )
-        new = out.sequences[:, width:].cpu()
+        total = ids.shape[1]
+        new = out.sequences[:, total:].cpu()
         logits = torch.stack(out.logits, dim=1).float().cpu()  # (B, new, V)
         logps = torch.log_softmax(logits / self.temperature, dim=-1)
         chosen = logps.gather(-1, new[:, : logps.shape[1]].unsqueeze(-1)).squeeze(-1)
@@ -350,7 +410,57 @@ class HFTurnGenerator:
             cut = next((i + 1 for i, t in enumerate(seq) if t in self.eos_token_ids), len(seq))
             replies.append(seq[:cut])
             reply_logps.append(chosen[row, :cut].tolist())
+        if self.reuse_cache:
+            self._keep(out, contexts, replies, mask, total, new.shape[1])
         return replies, reply_logps
+
+    def _keep(
+        self,
+        out: Any,
+        contexts: Sequence[Sequence[int]],
+        replies: list[list[int]],
+        mask: Any,
+        total: int,
+        steps: int,
+    ) -> None:
+        """Keep the call's cache for the next turn, with its layout and the rows' cached ids."""
+        import torch
+
+        cache = getattr(out, _generation_names()[1], None)
+        # The last sampled token was never fed to the model: the cache stops one short.
+        cached = total + steps - 1
+        if steps < 1 or not _plain_dynamic_cache(cache) or cache.get_seq_length() != cached:
+            return
+        grown = torch.zeros((len(replies), steps - 1), dtype=torch.long)
+        for row, reply in enumerate(replies):
+            grown[row, : min(len(reply), steps - 1)] = 1
+        self._kv = cache
+        self._kv_ids = out.sequences[:, :cached].cpu()
+        self._kv_mask = torch.cat([mask, grown], dim=1)
+        self._kv_rows = [list(ctx) + reply[: steps - 1] for ctx, reply in zip(contexts, replies)]
+
+
+def _generation_names() -> tuple[str, str]:
+    """The name of ``generate``'s cache argument and of its output field (renamed in 5.x)."""
+    try:
+        from transformers.generation.utils import GenerateDecoderOnlyOutput
+    except ImportError:  # pragma: no cover - transformers is required by the extra
+        return "past_key_values", "past_key_values"
+    fields = getattr(GenerateDecoderOnlyOutput, "__dataclass_fields__", {})
+    name = "cache" if "cache" in fields else "past_key_values"
+    return name, name
+
+
+def _plain_dynamic_cache(cache: Any) -> bool:
+    """Whether ``cache`` is a ``DynamicCache`` of full-attention layers (safe to extend)."""
+    try:
+        from transformers.cache_utils import DynamicCache, DynamicLayer
+    except ImportError:  # pragma: no cover
+        return False
+    if type(cache) is not DynamicCache:
+        return False
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
 class VLLMTurnGenerator:
@@ -483,6 +593,9 @@ class BudgetMixRollout:
         self._dialogue: _Dialogue | None = None
         self.last_episodes: list[RolloutEpisode] = []
         self.last_generation_calls = 0
+        #: Keep the KV cache from one turn to the next (see :class:`HFTurnGenerator`).
+        self.reuse_cache = True
+        self.last_cache_reuses = 0
 
     def to_json(self) -> dict[str, Any]:
         """The settings a policy needs to play as it was trained (see ``PolicyAgent``)."""
@@ -536,6 +649,7 @@ class BudgetMixRollout:
                 pad_token_id=tokenizer.pad_token_id,
                 eos_token_ids=eos_ids,
                 temperature=trainer.temperature,
+                reuse_cache=self.reuse_cache,
             )
             was_training = model.training
             model.eval()  # no dropout while sampling, so the log-probs match the sampler
@@ -601,6 +715,7 @@ class BudgetMixRollout:
                 pad_token_id=tokenizer.pad_token_id,
                 eos_token_ids=eos_ids,
                 temperature=generation_config.temperature or 1.0,
+                reuse_cache=self.reuse_cache,
             )
             was_training = model.training
             model.eval()
@@ -735,6 +850,7 @@ class BudgetMixRollout:
         episodes = [st.ep for st in states]
         self.last_episodes = episodes
         self.last_generation_calls = gen.calls - calls_before
+        self.last_cache_reuses = int(getattr(gen, "reused", 0))
         if logger.isEnabledFor(logging.INFO):
             counts = {w: sum(e.stop_reason == w for e in episodes) for w in STOP_REASONS}
             logger.info("rollout: %d episodes, stop reasons %s", len(episodes), counts)
