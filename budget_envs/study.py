@@ -3,7 +3,7 @@
 :func:`run_study` is what ``budgetmix study`` (and ``examples/budgetmix_study.py``) runs. A
 :class:`StudySpec` says what to train and evaluate; the stages write into one study folder::
 
-    policies/<family>/<visibility>/s<seed>/warm/     the shared warm start (budget-hidden arms)
+    policies/<family>/<visibility>/s<seed>/warm/     the warm start the arms share
     policies/<family>/<visibility>/s<seed>/<arm>/    each arm's policy (warm start + PPO)
     eval/<family>/<visibility>/s<seed>/             the eval run while it runs (resumable)
     records/<family>__<visibility>__s<seed>.jsonl.gz the finished eval records (committed)
@@ -269,9 +269,12 @@ def train_stage(
 ) -> list[Path]:
     """Train every (family, visibility, seed, arm) policy that is not finished yet.
 
-    Budget-hidden arms share one warm start per (family, seed): the oracle demonstrations and
-    the policy's inputs do not depend on the budget, so each arm's PPO resumes a copy of it.
-    Budget-visible arms see the budget in their inputs, so each warm-starts with its own spec.
+    The arms of one (family, visibility, seed) share one warm start, and each arm's PPO resumes
+    a copy of it: the oracle's labels do not depend on the budget, and a budget-hidden policy's
+    inputs do not either, so its warm start (run at the generous T) is the same for every arm. A
+    budget-visible policy sees turns left and T in its inputs: its warm start is run with T
+    drawn uniformly over tight..generous, so the shared start has seen every T of every arm.
+    The arms then differ only in the budgets of their PPO episodes.
     """
     from budget_envs.integrations.rllib_train import train
 
@@ -318,13 +321,15 @@ def train_stage(
                 num_cpus=num_cpus,
             )
             budget = arm_budget(arm, fam.tight, fam.generous)
-            warm = root / "warm" if vis == "hidden" else root / f"warm_{arm}"
+            warm = root / "warm"
             if not _trained(warm, 0):
                 if warm.exists():
                     shutil.rmtree(warm)  # a warm start killed half-way: redo it
                 train(
                     fam.env_id,
-                    budget=fam.generous if vis == "hidden" else budget,
+                    budget=fam.generous
+                    if vis == "hidden"
+                    else arm_budget("mix_uniform", fam.tight, fam.generous),
                     out_dir=warm,
                     iterations=0,
                     warm_start_episodes=fam.warm_start_episodes,

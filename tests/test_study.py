@@ -266,3 +266,9 @@ def test_spec_checks_and_round_trips(tmp_path):
         study.StudySpec(families=spec.families, arms=["fixed_huge"])
     with pytest.raises(FileNotFoundError, match="no study records"):
         study.load_study_records(tmp_path)
+
+
+def test_the_study_page_has_one_generated_section():
+    page = (ROOT / "docs" / "study.md").read_text(encoding="utf-8")
+    assert page.count(study.BEGIN) == 1 and page.count(study.END) == 1
+    assert page.index(study.BEGIN) < page.index(study.END)
