@@ -232,8 +232,8 @@ def test_report_stage_on_known_records(tmp_path):
     assert "tooluse,hidden,fixed_tight,6,-0.500000" in "\n".join(diff)
     # single step against recovery: probes 1.0 for the arms, 0.0 for random; faults never win
     rec = (out / "tables" / "single_step_recovery.csv").read_text()
-    assert "tooluse,hidden,fixed_generous,1.000000,4,1.000000,0.000000,t=1: 0.000" in rec
-    assert "tooluse,hidden,random,0.000000,4,0.000000,0.000000,t=1: 0.000" in rec
+    assert "tooluse,hidden,fixed_generous,1.000000,4,,1.000000,0.000000,t=1: 0.000" in rec
+    assert "tooluse,hidden,random,0.000000,4,,0.000000,0.000000,t=1: 0.000" in rec
     assert len(report.figures) == 3 and all(f.is_file() for f in report.figures)
 
     first = {p.name: p.read_bytes() for p in report.tables}
