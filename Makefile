@@ -8,7 +8,7 @@ EXTRAS ?= all
 TORCH ?= torch==2.13.0
 DEMO_OUT ?= demo_out
 
-.PHONY: setup system-deps demo test test-all lint docs pip-check ci bench clean
+.PHONY: setup system-deps demo test test-all lint docs pip-check ci bench clean study-check
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,3 +63,10 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) .benchmarks site
+
+# The study's tables from its committed records, byte for byte (fails while study/records is
+# missing: run `budgetmix study` first).
+study-check: setup
+	@ls study/records/*.jsonl.gz >/dev/null
+	$(BIN)/budgetmix study --report-only --quiet
+	git diff --exit-code -- study/tables docs/study.md

@@ -1000,6 +1000,59 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_study(args: argparse.Namespace, out: TextIO) -> int:
+    """``budgetmix study``: train the budget arms, evaluate, compare, write the study page."""
+    from budget_envs import study
+
+    saved = Path(args.out) / "study.json"
+    if args.report_only and saved.exists():
+        spec = study.StudySpec.from_json(json.loads(saved.read_text(encoding="utf-8")))
+    else:
+        spec = study.quick_spec() if args.quick else study.full_spec()
+    if not args.report_only:
+        missing = [m for m in ("ray", "torch") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise UsageError('the study trains with RLlib: pip install "budget-envs[rllib]"')
+    bars: dict[str, Any] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        if args.quiet:
+            return
+        bar = bars.get(stage)
+        if bar is None:
+            from tqdm import tqdm
+
+            bar = bars[stage] = tqdm(total=total, desc=stage, file=sys.stderr)
+        bar.total = total
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+
+    try:
+        report = study.run_study(
+            spec,
+            args.out,
+            args.docs,
+            report_only=args.report_only,
+            progress=progress,
+            workers=args.workers,
+            figures=not args.no_figures,
+        )
+    except (FileNotFoundError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        for bar in bars.values():
+            bar.close()
+    flagged = [r for r in report.learning if not r.learned]
+    print(
+        f"study report in {args.docs} ({len(report.tables)} tables in {Path(args.out) / 'tables'}, "
+        f"{len(report.figures)} figures); {len(report.learning)} arm(s) scored against random, "
+        f"{len(flagged)} flagged not learned",
+        file=out,
+    )
+    return 0
+
+
 # ---------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -1212,6 +1265,23 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--warm-start-lr", type=float, default=1e-3, help="warm-start learning rate")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
 
+    st = sub.add_parser(
+        "study", help="train the budget arms, evaluate them on unseen tasks, write the report"
+    )
+    st.add_argument("--quick", action="store_true", help="the few-minute pipeline check")
+    st.add_argument(
+        "--report-only",
+        action="store_true",
+        help="regenerate tables and figures from DIR/records (no training, no episodes)",
+    )
+    st.add_argument("--out", default="study", metavar="DIR", help="study folder (default study)")
+    st.add_argument(
+        "--docs", default="docs/study.md", metavar="PATH", help="page to write (docs/study.md)"
+    )
+    st.add_argument("--workers", type=int, default=2, help="processes / Ray CPUs (default 2)")
+    st.add_argument("--no-figures", action="store_true")
+    st.add_argument("--quiet", action="store_true", help="no progress bars")
+
     d = sub.add_parser("demo", help="the main job: reference agents on every registered family")
     d.add_argument("--out", default="demo_out", help="output directory (default demo_out)")
     d.add_argument("--tasks", type=int, default=5, help="tasks per env, spread over its task list")
@@ -1270,6 +1340,7 @@ def main(
         "demo": cmd_demo,
         "serve": cmd_serve,
         "train": cmd_train,
+        "study": cmd_study,
     }
     try:
         if args.command == "play":

@@ -126,7 +126,7 @@ class PolicyAgent:
         where = module_path(self.path)
         if not where.exists():
             raise AgentError(f"{self.path}: no RLlib module checkpoint at {where}")
-        self._module = RLModule.from_checkpoint(str(where))
+        self._module = RLModule.from_checkpoint(str(where.resolve()))  # a URI: relative paths fail
         self._module.eval()
         self._featurizer = Featurizer(FeatureSpec.from_dict(self.meta["features"]))
 

@@ -1,0 +1,274 @@
+"""``budgetmix study``: the quick pipeline through the CLI, and the report stage on known records.
+
+The quick run trains (RLlib: a 50-episode warm start and one PPO iteration per arm), evaluates,
+compares and reports; the test checks that every stage wrote its outputs and that
+``--report-only`` rebuilds the same tables from the gzipped records. It checks the pipeline, not
+what the tiny policies learned. The report test writes records by hand, with known outcomes, and
+runs them through the real report code.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from budget_envs import study
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args, cwd, timeout=900):
+    env = dict(os.environ, OMP_NUM_THREADS="1", RAY_DEDUP_LOGS="0")
+    return subprocess.run(
+        [sys.executable, "-m", "budget_envs.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def _generated(page: Path) -> str:
+    text = page.read_text(encoding="utf-8")
+    assert study.BEGIN in text and study.END in text
+    return text.split(study.BEGIN, 1)[1].split(study.END, 1)[0]
+
+
+def test_quick_study_runs_every_stage_and_report_only_reproduces_the_tables(tmp_path):
+    pytest.importorskip("ray.rllib", reason='the study trains with RLlib: "budget-envs[rllib]"')
+    pytest.importorskip("matplotlib", reason='the report draws figures: "budget-envs[plots]"')
+    out, docs = tmp_path / "run", tmp_path / "docs" / "study.md"
+    proc = _cli("study", "--quick", "--out", str(out), "--docs", str(docs), "--quiet", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "flagged not learned" in proc.stdout
+
+    spec = study.quick_spec()
+    (fam,) = spec.families
+    # train: a shared warm start and one policy per arm, each with its PPO iteration
+    root = out / "policies" / fam.name / "hidden" / "s0"
+    assert (root / "warm" / "policy.json").is_file()
+    for arm in spec.arms:
+        meta = json.loads((root / arm / "policy.json").read_text())
+        assert meta["budget"] == study.arm_budget(arm, fam.tight, fam.generous)
+        assert meta["settings"]["gamma"] == 1.0
+        assert meta["warm_start"]["episodes"] == fam.warm_start_episodes
+        rows = (root / arm / "metrics.csv").read_text().splitlines()
+        assert len(rows) == 1 + fam.iterations
+    # eval: gzipped records of every agent: clean episodes, faulted episodes, probes
+    (path,) = sorted((out / "records").glob("*.jsonl.gz"))
+    with gzip.open(path, "rt") as fh:
+        records = [json.loads(line) for line in fh]
+    agents = {f"{a}@s0" for a in spec.arms} | {"random"}
+    assert {r["agent"] for r in records} == agents
+    for agent in agents:
+        mine = [r for r in records if r["agent"] == agent]
+        clean = [r for r in mine if r["record"] == "episode" and r["fault_turn"] is None]
+        faulted = [r for r in mine if r["record"] == "episode" and r["fault_turn"] is not None]
+        probes = [r for r in mine if r["record"] == "probe"]
+        assert len(clean) == fam.eval_tasks * fam.eval_samples
+        assert len(faulted) == len(clean) * len(fam.fault_turns)
+        assert len(probes) == fam.eval_tasks * fam.probe_states
+        assert {r["budget"] for r in clean} == {max(fam.eval_budgets)}
+    assert not any(r.get("error") for r in records)
+    # the eval tasks come from the unseen world
+    config = json.loads((out / "eval" / fam.name / "hidden" / "s0" / "config.json").read_text())
+    assert config["env_kwargs"] == fam.eval_kwargs
+    # compare: each arm against fixed generous and against random
+    for name in ("mix_uniform_vs_fixed_generous", "mix_uniform_vs_random"):
+        folder = out / "compare" / f"{fam.name}__hidden__{name}"
+        assert (folder / "difference.csv").read_text().count("\n") > 1
+        assert (folder / "compare.md").is_file()
+    # report: tables, figures, the page section with every arm's learning status
+    tables = _snapshot(out / "tables")
+    assert set(tables) == {
+        "pass1_vs_t.csv",
+        "learning_status.csv",
+        "difference_vs_generous.csv",
+        "single_step_recovery.csv",
+        "study_results.md",
+    }
+    figs = sorted((docs.parent / "img" / "study").glob("*.png"))
+    assert [f.name for f in figs] == [
+        "diff_tooluse_hidden.png",
+        "pass1_tooluse_hidden.png",
+        "step_recovery_tooluse_hidden.png",
+    ]
+    section = _generated(docs)
+    for arm in spec.arms:
+        assert f"| {fam.name} | hidden | {arm} |" in section
+    for f in figs:
+        assert f"(img/study/{f.name})" in section
+
+    # --report-only: no training, no episodes; the same tables byte for byte
+    for f in figs:
+        f.unlink()
+    again = _cli("study", "--report-only", "--out", str(out), "--docs", str(docs), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert _snapshot(out / "tables") == tables
+    assert _generated(docs) == section
+    assert all(f.is_file() for f in figs)
+
+
+# ---------------------------------------------------------------------- report stage alone
+def _spec() -> study.StudySpec:
+    fam = study.Family(
+        name="tooluse",
+        env_id="BudgetMix/ToolUse-v0",
+        train_kwargs={"level": 1, "world_seed": 0},
+        eval_kwargs={"level": 1, "world_seed": 1},
+        tight=3,
+        generous=6,
+        eval_budgets=[2, 3, 6, 8],
+        max_actions=256,
+        warm_start_episodes=1,
+        eval_tasks=4,
+        eval_samples=2,
+        fault_turns=[1],
+        probe_states=1,
+    )
+    return study.StudySpec(
+        families=[fam], arms=["fixed_generous", "fixed_tight"], visibilities=["hidden"], seeds=[0]
+    )
+
+
+def _episode(agent, task, sample, first_success, fault_turn=None):
+    won = first_success is not None
+    return {
+        "record": "episode",
+        "env_id": "BudgetMix/ToolUse-v0",
+        "task_id": f"t{task}",
+        "task_index": task,
+        "sample": sample,
+        "seed": 100 * task + sample,
+        "budget": 8,
+        "visibility": "hidden",
+        "agent": agent,
+        "fault_turn": fault_turn,
+        "fault_kinds": None if fault_turn is None else ["slip"],
+        "turns": first_success or 8,
+        "won": won,
+        "first_success_turn": first_success,
+        "faults": [],
+        "oracle_agreement": None,
+        "wall_time": 0.01 * (task + sample),
+        "key": f"{agent}|{task}|{sample}|{fault_turn}",
+    }
+
+
+def _records():
+    """fixed_generous wins every task at turn 5; fixed_tight at turn 3 on half the tasks;
+    random never wins. Every agent gets one probe per task: correct for the arms only."""
+    out = []
+    for agent in ("fixed_generous@s0", "fixed_tight@s0", "random"):
+        for task in range(4):
+            for sample in range(2):
+                if agent.startswith("fixed_generous"):
+                    fs = 5
+                elif agent.startswith("fixed_tight"):
+                    fs = 3 if task % 2 == 0 else None
+                else:
+                    fs = None
+                out.append(_episode(agent, task, sample, fs))
+                out.append(_episode(agent, task, sample, None, fault_turn=1))
+            out.append(
+                {
+                    "record": "probe",
+                    "env_id": "BudgetMix/ToolUse-v0",
+                    "task_id": f"t{task}",
+                    "task_index": task,
+                    "seed": task,
+                    "agent": agent,
+                    "prefix_turns": 0,
+                    "action": "x",
+                    "correct": agent != "random",
+                    "progress": agent != "random",
+                    "cost_before": 3,
+                    "wall_time": 0.5,
+                    "key": f"probe|{agent}|{task}",
+                }
+            )
+    return out
+
+
+def test_report_stage_on_known_records(tmp_path):
+    pytest.importorskip("matplotlib", reason='the report draws figures: "budget-envs[plots]"')
+    spec, out = _spec(), tmp_path / "run"
+    raw = tmp_path / "records.jsonl"
+    raw.write_text("".join(json.dumps(r) + "\n" for r in _records()))
+    study._compress(raw, out / "records" / "tooluse__hidden__s0.jsonl.gz")
+    docs = tmp_path / "study.md"
+    docs.write_text(f"# Study\n\nprose before\n\n{study.BEGIN}\nold\n{study.END}\n\nprose after\n")
+
+    report = study.write_study_report(spec, out, docs)
+
+    page = docs.read_text()
+    assert page.startswith("# Study\n\nprose before\n") and page.endswith("\nprose after\n")
+    assert "old" not in page
+    by_arm = {r.arm: r for r in report.learning}
+    assert set(by_arm) == {"fixed_generous", "fixed_tight"}
+    gen, tight = by_arm["fixed_generous"], by_arm["fixed_tight"]
+    assert gen.budgets == "6" and gen.arm_pass == 1.0 and gen.random_pass == 0.0
+    assert gen.learned and gen.low == 1.0
+    assert tight.budgets == "3" and tight.arm_pass == 0.5 and tight.learned is False
+    assert tight.low == 0.0 and tight.high == 1.0
+    assert "| tooluse | hidden | fixed_tight | 3 | 0.500 | 0.000 |" in page
+    assert "**not learned**" in page
+    # Pass@1 against T: fixed_generous wins from T=5, so 0 at T=3 and 1 at T=6
+    assert "| fixed_generous | 0.000 [0.000, 0.000] | 0.000 [0.000, 0.000] | 1.000" in page
+    # the difference against fixed generous: +0.5 at T=3 (tight wins there), -0.5 at T=6
+    diff = (out / "tables" / "difference_vs_generous.csv").read_text().splitlines()
+    assert "tooluse,hidden,fixed_tight,3,0.500000" in "\n".join(diff)
+    assert "tooluse,hidden,fixed_tight,6,-0.500000" in "\n".join(diff)
+    # single step against recovery: probes 1.0 for the arms, 0.0 for random; faults never win
+    rec = (out / "tables" / "single_step_recovery.csv").read_text()
+    assert "tooluse,hidden,fixed_generous,1.000000,4,,1.000000,0.000000,t=1: 0.000" in rec
+    assert "tooluse,hidden,random,0.000000,4,,0.000000,0.000000,t=1: 0.000" in rec
+    assert len(report.figures) == 3 and all(f.is_file() for f in report.figures)
+
+    first = {p.name: p.read_bytes() for p in report.tables}
+    again = study.write_study_report(spec, out, docs, figures=False)
+    assert {p.name: p.read_bytes() for p in again.tables if p.name != "study_results.md"} == {
+        k: v for k, v in first.items() if k != "study_results.md"
+    }
+    assert docs.read_text().count(study.BEGIN) == 1
+
+
+def test_spec_checks_and_round_trips(tmp_path):
+    spec = study.full_spec()
+    assert len(spec.families) >= 3 and spec.arms == list(study.ARMS)
+    assert spec.visibilities == ["hidden", "remaining"] and len(spec.seeds) >= 3
+    assert study.StudySpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+    assert study.arm_budget("mix_log", 5, 12) == "log:5..12"
+    with pytest.raises(ValueError, match="below tight"):
+        study.Family(
+            name="x",
+            env_id="BudgetMix/ToolUse-v0",
+            train_kwargs={},
+            eval_kwargs={},
+            tight=5,
+            generous=12,
+            eval_budgets=[5, 14],
+            max_actions=8,
+            warm_start_episodes=1,
+        )
+    with pytest.raises(ValueError, match="arms must be among"):
+        study.StudySpec(families=spec.families, arms=["fixed_huge"])
+    with pytest.raises(FileNotFoundError, match="no study records"):
+        study.load_study_records(tmp_path)
+
+
+def test_the_study_page_has_one_generated_section():
+    page = (ROOT / "docs" / "study.md").read_text(encoding="utf-8")
+    assert page.count(study.BEGIN) == 1 and page.count(study.END) == 1
+    assert page.index(study.BEGIN) < page.index(study.END)
