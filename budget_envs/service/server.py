@@ -396,45 +396,79 @@ class Guard:
         if scope["type"] != "websocket":
             await self.app(scope, receive, send)
             return
-        state = {"open": False, "reaped": False}
+        loop = asyncio.get_running_loop()
+        timeout = self.idle_timeout
+        # One timer per connection, not a timeout task per message: a receive notes when it
+        # began waiting, and the timer, when due, either closes the silent socket or sleeps
+        # until the latest wait could first run out.
+        state: dict[str, Any] = {
+            "open": False,
+            "reaped": False,
+            "closed": False,
+            "waiting": False,
+            "since": 0.0,
+            "timer": None,
+        }
+
+        async def reap() -> None:
+            state["reaped"] = True
+            self.counters["reaped"] += 1
+            try:
+                await send(
+                    {
+                        "type": "websocket.send",
+                        "text": _error_frame(
+                            f"session closed after {timeout:g} s without a message; open a "
+                            "new session",
+                            "SESSION_ERROR",
+                        ),
+                    }
+                )
+                state["closed"] = True
+                # the app's pending receive then gets the disconnect
+                await send(
+                    {"type": "websocket.close", "code": 4000, "reason": f"idle for {timeout:g} s"}
+                )
+            except Exception:  # the peer went away meanwhile: the app sees that disconnect
+                state["closed"] = True
+
+        def due() -> None:
+            state["timer"] = None
+            if state["reaped"]:
+                return
+            now = loop.time()
+            if state["waiting"] and now - state["since"] >= timeout:
+                state["reap"] = loop.create_task(reap())
+                return
+            start = state["since"] if state["waiting"] else now
+            state["timer"] = loop.call_at(start + timeout, due)
 
         async def guarded_send(message: dict) -> None:
+            if state["closed"]:
+                return  # the guard closed this socket; the app's late messages go nowhere
             if message["type"] == "websocket.accept":
                 state["open"] = True
-            if message["type"] == "websocket.close" and state["reaped"]:
-                message = {
-                    "type": "websocket.close",
-                    "code": 4000,
-                    "reason": f"idle for {self.idle_timeout:g} s",
-                }
+                if timeout is not None:
+                    state["since"] = loop.time()
+                    state["timer"] = loop.call_at(state["since"] + timeout, due)
             await send(message)
 
         async def guarded_receive() -> dict:
             while True:
-                if not state["open"] or self.idle_timeout is None:
+                state["since"] = loop.time()
+                state["waiting"] = True
+                try:
                     message = await receive()
-                else:
-                    try:
-                        message = await asyncio.wait_for(receive(), self.idle_timeout)
-                    except asyncio.TimeoutError:
-                        state["reaped"] = True
-                        self.counters["reaped"] += 1
-                        await send(
-                            {
-                                "type": "websocket.send",
-                                "text": _error_frame(
-                                    f"session closed after {self.idle_timeout:g} s without a "
-                                    "message; open a new session",
-                                    "SESSION_ERROR",
-                                ),
-                            }
-                        )
-                        return {"type": "websocket.disconnect", "code": 1001}
+                finally:
+                    state["waiting"] = False
+                if state["reaped"]:
+                    return {"type": "websocket.disconnect", "code": 1001}
                 if message["type"] == "websocket.receive":
                     body = message.get("text")
-                    size = (
-                        len(body.encode()) if body is not None else len(message.get("bytes") or b"")
-                    )
+                    if body is None:
+                        size = len(message.get("bytes") or b"")
+                    else:  # a UTF-8 character takes at most 4 bytes: most messages skip encode
+                        size = len(body) if 4 * len(body) <= self.max_bytes else len(body.encode())
                     if size > self.max_bytes:
                         await send(
                             {
@@ -449,7 +483,11 @@ class Guard:
                         continue
                 return message
 
-        await self.app(scope, guarded_receive, guarded_send)
+        try:
+            await self.app(scope, guarded_receive, guarded_send)
+        finally:
+            if state["timer"] is not None:
+                state["timer"].cancel()
 
     async def _too_large(self, send: Any, size: int) -> None:
         body = json.dumps(
