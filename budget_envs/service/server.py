@@ -188,6 +188,8 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         # The whole (JSON-typed) info of the last answer sent: the base the client restores
         # left-out values from. Its values are shared with the replay cache, never mutated.
         self._sent: dict[str, Any] | None = None
+        # The env's own info behind ``_sent`` (None when ``_sent`` came from a replay).
+        self._raw: dict[str, Any] | None = None
         self._replies: OrderedDict[str, tuple[str, BudgetObservation]] = OrderedDict()
 
     # ---------------------------------------------------------------- info deltas
@@ -208,11 +210,55 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
                 out[k] = _plain(v)
         return out
 
+    def _step_info(self, info: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+        """(whole info, info as sent, keys left out) of a step answer, in one pass.
+
+        What :meth:`_full_info` then :meth:`_wire` give, without comparing twice: a value the env
+        returns again as the very object of its previous step (ToolUse's shared ``tools``
+        schema) is unchanged without a deep comparison (an env never mutates an info value it
+        returned); numbers and booleans are always sent.
+        """
+        sent, raw = self._sent, self._raw
+        full: dict[str, Any] = {}
+        if not sent:
+            full = _plain(info)
+            return full, full, []
+        delta = self._config.info_delta
+        wire: dict[str, Any] = {}
+        same: list[str] = []
+        raw_get = raw.get if raw is not None else None
+        for k, v in info.items():
+            if type(k) is not str:
+                k = str(k)
+            t = type(v)
+            if t is bool or t is int or t is float or v is None:
+                full[k] = wire[k] = v
+                continue
+            old = sent.get(k, _DEFAULT)
+            if (raw_get is not None and old is not _DEFAULT and v is raw_get(k, _DEFAULT)) or (
+                t is type(old) and isinstance(v, _OMITTABLE) and v == old
+            ):
+                full[k] = old
+            else:
+                # raw against converted: a tuple never equals its list, so compare the new
+                # conversion too
+                v = full[k] = _plain(v)
+                if not (isinstance(v, _OMITTABLE) and type(v) is type(old) and v == old):
+                    wire[k] = v
+                    continue
+            if delta:
+                wire[k] = None
+                same.append(k)
+            else:
+                wire[k] = full[k]
+        return full, wire, same
+
     def _wire(self, obs: BudgetObservation, delta: bool) -> BudgetObservation:
         """The answer as sent: with ``delta``, every str, list or dict value equal to the one of
         the session's previous answer travels as null and its key in ``info_unchanged`` (the
         client restores it). The whole info becomes the next answer's base."""
         sent, self._sent = self._sent, obs.info
+        self._raw = None
         if not (delta and sent and self._config.info_delta):
             return obs
         info: dict[str, Any] = {}
@@ -286,7 +332,9 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         )
         self._record(request_id, key, obs)
         # A reset answer is whole: a client that reconnected (a new session) starts from it.
-        return self._wire(obs, delta=False)
+        obs = self._wire(obs, delta=False)
+        self._raw = info
+        return obs
 
     def step(
         self, action: BudgetAction, timeout_s: float | None = None, **kwargs: Any
@@ -302,17 +350,23 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         text, reward, terminated, truncated, info = self._env.step(action.action)
         self._steps += 1
         self._info = info
-        obs = BudgetObservation(
-            text=text,
-            info=self._full_info(info),
-            reward=float(reward),
-            done=bool(terminated or truncated),
-            terminated=bool(terminated),
-            truncated=bool(truncated),
-            request_id=action.request_id,
-        )
-        self._record(action.request_id, key, obs)
-        return self._wire(obs, delta=True)
+        full, wire, same = self._step_info(info)
+        self._sent, self._raw = full, info
+        terminated, truncated = bool(terminated), bool(truncated)
+        # (model_construct is slower here than validating: pydantic checks its fields in Python)
+        fields = {
+            "text": text if type(text) is str else str(text),
+            "reward": float(reward),
+            "done": terminated or truncated,
+            "terminated": terminated,
+            "truncated": truncated,
+            "request_id": action.request_id,
+        }
+        if action.request_id is not None:
+            self._record(action.request_id, key, BudgetObservation(info=full, **fields))
+        if same:
+            return BudgetObservation(info=wire, info_unchanged=same, **fields)
+        return BudgetObservation(info=wire, **fields)
 
     async def reset_async(
         self,
