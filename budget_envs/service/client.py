@@ -57,22 +57,26 @@ class BudgetEnvClient(EnvClient[BudgetAction, BudgetObservation, BudgetState]):
         return payload
 
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[BudgetObservation]:
-        fields = dict(payload.get("observation") or {})
+        # ``payload`` was just decoded from the message: its dicts are ours to fill in place
+        # (restored keys keep their place in the info, as the server's null held it).
+        fields = payload.get("observation")
+        fields = {} if fields is None else fields
         fields["reward"] = payload.get("reward")
         fields["done"] = bool(payload.get("done", False))
-        same = fields.get("info_unchanged") or ()
+        same = fields.get("info_unchanged")
         if same:
-            info = dict(fields.get("info") or {})
+            info = fields.get("info")
+            if info is None:
+                info = fields["info"] = {}
             base = self._last_info
-            missing = [k for k in same if base is None or k not in base]
-            if missing:
-                raise RuntimeError(
-                    f"the server left out info keys {missing} as unchanged, but this client has "
-                    "no earlier answer holding them (reset first)"
-                )
             for k in same:
+                if base is None or k not in base:
+                    missing = [k for k in same if base is None or k not in base]
+                    raise RuntimeError(
+                        f"the server left out info keys {missing} as unchanged, but this client "
+                        "has no earlier answer holding them (reset first)"
+                    )
                 info[k] = base[k]
-            fields["info"] = info
         obs = BudgetObservation(**fields)
         self._last_info = obs.info
         return StepResult(

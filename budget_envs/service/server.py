@@ -188,6 +188,8 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         # The whole (JSON-typed) info of the last answer sent: the base the client restores
         # left-out values from. Its values are shared with the replay cache, never mutated.
         self._sent: dict[str, Any] | None = None
+        # The env's own info behind ``_sent`` (None when ``_sent`` came from a replay).
+        self._raw: dict[str, Any] | None = None
         self._replies: OrderedDict[str, tuple[str, BudgetObservation]] = OrderedDict()
 
     # ---------------------------------------------------------------- info deltas
@@ -208,11 +210,55 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
                 out[k] = _plain(v)
         return out
 
+    def _step_info(self, info: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+        """(whole info, info as sent, keys left out) of a step answer, in one pass.
+
+        What :meth:`_full_info` then :meth:`_wire` give, without comparing twice: a value the env
+        returns again as the very object of its previous step (ToolUse's shared ``tools``
+        schema) is unchanged without a deep comparison (an env never mutates an info value it
+        returned); numbers and booleans are always sent.
+        """
+        sent, raw = self._sent, self._raw
+        full: dict[str, Any] = {}
+        if not sent:
+            full = _plain(info)
+            return full, full, []
+        delta = self._config.info_delta
+        wire: dict[str, Any] = {}
+        same: list[str] = []
+        raw_get = raw.get if raw is not None else None
+        for k, v in info.items():
+            if type(k) is not str:
+                k = str(k)
+            t = type(v)
+            if t is bool or t is int or t is float or v is None:
+                full[k] = wire[k] = v
+                continue
+            old = sent.get(k, _DEFAULT)
+            if (raw_get is not None and old is not _DEFAULT and v is raw_get(k, _DEFAULT)) or (
+                t is type(old) and isinstance(v, _OMITTABLE) and v == old
+            ):
+                full[k] = old
+            else:
+                # raw against converted: a tuple never equals its list, so compare the new
+                # conversion too
+                v = full[k] = _plain(v)
+                if not (isinstance(v, _OMITTABLE) and type(v) is type(old) and v == old):
+                    wire[k] = v
+                    continue
+            if delta:
+                wire[k] = None
+                same.append(k)
+            else:
+                wire[k] = full[k]
+        return full, wire, same
+
     def _wire(self, obs: BudgetObservation, delta: bool) -> BudgetObservation:
         """The answer as sent: with ``delta``, every str, list or dict value equal to the one of
         the session's previous answer travels as null and its key in ``info_unchanged`` (the
         client restores it). The whole info becomes the next answer's base."""
         sent, self._sent = self._sent, obs.info
+        self._raw = None
         if not (delta and sent and self._config.info_delta):
             return obs
         info: dict[str, Any] = {}
@@ -286,7 +332,9 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         )
         self._record(request_id, key, obs)
         # A reset answer is whole: a client that reconnected (a new session) starts from it.
-        return self._wire(obs, delta=False)
+        obs = self._wire(obs, delta=False)
+        self._raw = info
+        return obs
 
     def step(
         self, action: BudgetAction, timeout_s: float | None = None, **kwargs: Any
@@ -302,17 +350,23 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         text, reward, terminated, truncated, info = self._env.step(action.action)
         self._steps += 1
         self._info = info
-        obs = BudgetObservation(
-            text=text,
-            info=self._full_info(info),
-            reward=float(reward),
-            done=bool(terminated or truncated),
-            terminated=bool(terminated),
-            truncated=bool(truncated),
-            request_id=action.request_id,
-        )
-        self._record(action.request_id, key, obs)
-        return self._wire(obs, delta=True)
+        full, wire, same = self._step_info(info)
+        self._sent, self._raw = full, info
+        terminated, truncated = bool(terminated), bool(truncated)
+        # (model_construct is slower here than validating: pydantic checks its fields in Python)
+        fields = {
+            "text": text if type(text) is str else str(text),
+            "reward": float(reward),
+            "done": terminated or truncated,
+            "terminated": terminated,
+            "truncated": truncated,
+            "request_id": action.request_id,
+        }
+        if action.request_id is not None:
+            self._record(action.request_id, key, BudgetObservation(info=full, **fields))
+        if same:
+            return BudgetObservation(info=wire, info_unchanged=same, **fields)
+        return BudgetObservation(info=wire, **fields)
 
     async def reset_async(
         self,
@@ -396,45 +450,79 @@ class Guard:
         if scope["type"] != "websocket":
             await self.app(scope, receive, send)
             return
-        state = {"open": False, "reaped": False}
+        loop = asyncio.get_running_loop()
+        timeout = self.idle_timeout
+        # One timer per connection, not a timeout task per message: a receive notes when it
+        # began waiting, and the timer, when due, either closes the silent socket or sleeps
+        # until the latest wait could first run out.
+        state: dict[str, Any] = {
+            "open": False,
+            "reaped": False,
+            "closed": False,
+            "waiting": False,
+            "since": 0.0,
+            "timer": None,
+        }
+
+        async def reap() -> None:
+            state["reaped"] = True
+            self.counters["reaped"] += 1
+            try:
+                await send(
+                    {
+                        "type": "websocket.send",
+                        "text": _error_frame(
+                            f"session closed after {timeout:g} s without a message; open a "
+                            "new session",
+                            "SESSION_ERROR",
+                        ),
+                    }
+                )
+                state["closed"] = True
+                # the app's pending receive then gets the disconnect
+                await send(
+                    {"type": "websocket.close", "code": 4000, "reason": f"idle for {timeout:g} s"}
+                )
+            except Exception:  # the peer went away meanwhile: the app sees that disconnect
+                state["closed"] = True
+
+        def due() -> None:
+            state["timer"] = None
+            if state["reaped"]:
+                return
+            now = loop.time()
+            if state["waiting"] and now - state["since"] >= timeout:
+                state["reap"] = loop.create_task(reap())
+                return
+            start = state["since"] if state["waiting"] else now
+            state["timer"] = loop.call_at(start + timeout, due)
 
         async def guarded_send(message: dict) -> None:
+            if state["closed"]:
+                return  # the guard closed this socket; the app's late messages go nowhere
             if message["type"] == "websocket.accept":
                 state["open"] = True
-            if message["type"] == "websocket.close" and state["reaped"]:
-                message = {
-                    "type": "websocket.close",
-                    "code": 4000,
-                    "reason": f"idle for {self.idle_timeout:g} s",
-                }
+                if timeout is not None:
+                    state["since"] = loop.time()
+                    state["timer"] = loop.call_at(state["since"] + timeout, due)
             await send(message)
 
         async def guarded_receive() -> dict:
             while True:
-                if not state["open"] or self.idle_timeout is None:
+                state["since"] = loop.time()
+                state["waiting"] = True
+                try:
                     message = await receive()
-                else:
-                    try:
-                        message = await asyncio.wait_for(receive(), self.idle_timeout)
-                    except asyncio.TimeoutError:
-                        state["reaped"] = True
-                        self.counters["reaped"] += 1
-                        await send(
-                            {
-                                "type": "websocket.send",
-                                "text": _error_frame(
-                                    f"session closed after {self.idle_timeout:g} s without a "
-                                    "message; open a new session",
-                                    "SESSION_ERROR",
-                                ),
-                            }
-                        )
-                        return {"type": "websocket.disconnect", "code": 1001}
+                finally:
+                    state["waiting"] = False
+                if state["reaped"]:
+                    return {"type": "websocket.disconnect", "code": 1001}
                 if message["type"] == "websocket.receive":
                     body = message.get("text")
-                    size = (
-                        len(body.encode()) if body is not None else len(message.get("bytes") or b"")
-                    )
+                    if body is None:
+                        size = len(message.get("bytes") or b"")
+                    else:  # a UTF-8 character takes at most 4 bytes: most messages skip encode
+                        size = len(body) if 4 * len(body) <= self.max_bytes else len(body.encode())
                     if size > self.max_bytes:
                         await send(
                             {
@@ -449,7 +537,11 @@ class Guard:
                         continue
                 return message
 
-        await self.app(scope, guarded_receive, guarded_send)
+        try:
+            await self.app(scope, guarded_receive, guarded_send)
+        finally:
+            if state["timer"] is not None:
+                state["timer"].cancel()
 
     async def _too_large(self, send: Any, size: int) -> None:
         body = json.dumps(
@@ -577,8 +669,14 @@ def run_app(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> None:
     """Run an ASGI app under uvicorn with the service's WebSocket settings until interrupted."""
+    import gc
+
     import uvicorn
 
+    # What is alive now (modules, the app, a host env) lives as long as the process: kept out
+    # of the cyclic collector's scans, a full collection no longer stalls every session for
+    # the time it takes to walk them (a quarter of a second with ToolUse loaded).
+    gc.freeze()
     # uvicorn's own cap sits above the guard's, so an oversized message gets the guard's clear
     # error frame instead of a bare close; beyond this, the connection is closed (1009).
     uvicorn.run(
