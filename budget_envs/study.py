@@ -176,7 +176,9 @@ def full_spec() -> StudySpec:
                 generous=12,
                 eval_budgets=[4, 5, 6, 8, 10, 12, 16],
                 max_actions=256,
-                warm_start_episodes=1000,
+                warm_start_episodes=500,
+                iterations=2,
+                batch_size=256,
             ),
             Family(
                 name="alfworld",
@@ -192,7 +194,9 @@ def full_spec() -> StudySpec:
                 generous=15,
                 eval_budgets=[5, 6, 8, 11, 15, 20],
                 max_actions=128,
-                warm_start_episodes=300,
+                warm_start_episodes=200,
+                iterations=2,
+                batch_size=256,
             ),
             Family(
                 name="webshop",
@@ -203,7 +207,9 @@ def full_spec() -> StudySpec:
                 generous=15,
                 eval_budgets=[4, 6, 8, 11, 15, 20],
                 max_actions=256,
-                warm_start_episodes=300,
+                warm_start_episodes=200,
+                iterations=2,
+                batch_size=256,
             ),
         ]
     )
