@@ -3,7 +3,8 @@
 :func:`run_study` is what ``budgetmix study`` (and ``examples/budgetmix_study.py``) runs. A
 :class:`StudySpec` says what to train and evaluate; the stages write into one study folder::
 
-    policies/<family>/<visibility>/s<seed>/warm/     the warm start the arms share
+    policies/<family>/hidden/s<seed>/warm/           the warm start the hidden arms share
+    policies/<family>/remaining/s<seed>/warm_<arm>/  a visible arm's own warm start
     policies/<family>/<visibility>/s<seed>/<arm>/    each arm's policy (warm start + PPO)
     eval/<family>/<visibility>/s<seed>/             the eval run while it runs (resumable)
     records/<family>__<visibility>__s<seed>.jsonl.gz the finished eval records (committed)
@@ -250,6 +251,12 @@ def _policy_root(out: Path, fam: Family, vis: str, seed: int) -> Path:
     return out / "policies" / fam.name / vis / f"s{seed}"
 
 
+def _warm_root(out: Path, fam: Family, vis: str, seed: int, arm: str) -> Path:
+    """The warm start an arm's PPO resumes: shared by the hidden arms, one per visible arm."""
+    root = _policy_root(out, fam, vis, seed)
+    return root / "warm" if vis == "hidden" else root / f"warm_{arm}"
+
+
 def _records_path(out: Path, fam: Family, vis: str, seed: int) -> Path:
     return out / "records" / f"{fam.name}__{vis}__s{seed}.jsonl.gz"
 
@@ -275,12 +282,12 @@ def train_stage(
 ) -> list[Path]:
     """Train every (family, visibility, seed, arm) policy that is not finished yet.
 
-    The arms of one (family, visibility, seed) share one warm start, and each arm's PPO resumes
-    a copy of it: the oracle's labels do not depend on the budget, and a budget-hidden policy's
-    inputs do not either, so its warm start (run at the generous T) is the same for every arm. A
-    budget-visible policy sees turns left and T in its inputs: its warm start is run with T
-    drawn uniformly over tight..generous, so the shared start has seen every T of every arm.
-    The arms then differ only in the budgets of their PPO episodes.
+    Every training episode of an arm, the warm start's included, is played under the arm's
+    budget, with one saving: a budget-hidden policy's inputs do not depend on the budget and the
+    oracle's labels do not either, so the hidden arms of one (family, seed) share one warm start
+    (run at the generous T) and differ in the budgets of their PPO episodes. A budget-visible
+    policy sees turns left and T in its inputs, so each visible arm has its own warm start, run
+    under the arm's budget: a fixed-T arm has seen only its T when PPO starts.
     """
     from budget_envs.integrations.rllib_train import train
 
@@ -327,15 +334,13 @@ def train_stage(
                 num_cpus=num_cpus,
             )
             budget = arm_budget(arm, fam.tight, fam.generous)
-            warm = root / "warm"
+            warm = _warm_root(out, fam, vis, seed, arm)
             if not _trained(warm, 0):
                 if warm.exists():
                     shutil.rmtree(warm)  # a warm start killed half-way: redo it
                 train(
                     fam.env_id,
-                    budget=fam.generous
-                    if vis == "hidden"
-                    else arm_budget("mix_uniform", fam.tight, fam.generous),
+                    budget=fam.generous if vis == "hidden" else budget,
                     out_dir=warm,
                     iterations=0,
                     warm_start_episodes=fam.warm_start_episodes,
