@@ -251,3 +251,18 @@ def test_test_unseen_ids_and_tasks_are_the_same_in_a_fresh_process():
     )
     out = _in_two_processes(code)
     assert out[0].startswith("test_unseen/L") and out[0] == out[1]
+
+
+@pytest.mark.parametrize("env_id", IDS, ids=IDS)
+@pytest.mark.parametrize("split", SPLITS)
+def test_eval_selects_tasks_of_every_split(env_id, split):
+    # `budgetmix eval --tasks N` stratifies by task_level: every id of every split must have one.
+    from budget_envs.eval.runner.plan import select_tasks
+
+    ids, _ = _tasks(env_id, split)
+    env = make(env_id, budget=None, split=split, tasks_per_level=2)
+    levels = [env.unwrapped.task_level(t) for t in ids]
+    env.close()
+    assert len(levels) == len(ids)
+    chosen = [t for _, t in select_tasks(env_id, 2, {"split": split, "tasks_per_level": 2}).tasks]
+    assert len(chosen) == 2 and set(chosen) <= set(ids)

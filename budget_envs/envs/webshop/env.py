@@ -316,7 +316,7 @@ class WebShopEnv(TextAgentEnv):
 
     def task_level(self, task_id: str) -> int:
         """The difficulty level of ``task_id`` (the stratum of ``budgetmix eval --tasks N``)."""
-        head = task_id.split("-", 1)[0] if isinstance(task_id, str) else ""
+        head = task_id.rpartition("/")[2].split("-", 1)[0] if isinstance(task_id, str) else ""
         if not (head[:1] == "L" and head[1:].isdigit()):
             raise ValueError(f"unknown task {task_id!r}; e.g. {list(self.task_ids[:3])!r}")
         return int(head[1:])
