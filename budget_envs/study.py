@@ -614,6 +614,29 @@ def learning_status(
     return rows
 
 
+def _won_turns(
+    records: Sequence[dict[str, Any]], family: str, vis: str, agent: str, t: int, top: int
+) -> list[int] | None:
+    """First-success turns of ``agent``'s fault-free episodes won within ``t`` (None: no episode).
+
+    A budget-hidden run plays once at the grid's largest T, so a smaller T keeps the episodes
+    whose first success came by turn t; a budget-visible run has an episode per T."""
+    mine = [
+        r
+        for r in records
+        if r.get("record", "episode") == "episode"
+        and r["study_family"] == family
+        and r["study_visibility"] == vis
+        and r["agent"] == agent
+        and r.get("fault_turn") is None
+        and r["budget"] == (top if vis == "hidden" else t)
+    ]
+    if not mine:
+        return None
+    turns = [r.get("first_success_turn") for r in mine]
+    return sorted(int(x) for x in turns if x is not None and x <= t)
+
+
 def _ci(mean: float, low: float, high: float, sign: bool = False) -> str:
     f = "{:+.3f}" if sign else "{:.3f}"
     return f"{f.format(mean)} [{f.format(low)}, {f.format(high)}]"
@@ -713,6 +736,48 @@ def write_study_report(
             tables_dir / "pass1_vs_t.csv",
             ["family", "visibility", "arm", "T", "pass1", "low", "high", "units"],
             csv_rows,
+        )
+    )
+
+    # ---- turns to success: is an arm faster where it wins?
+    md += [
+        "### Turns to success against T",
+        "",
+        "Mean turns of the episodes won within T (no fault), and how many were won: an arm "
+        "trained at a tight T that wins in fewer turns has learned speed, not only success.",
+        "",
+    ]
+    tts_rows: list[list[Any]] = []
+    for fam in spec.families:
+        for vis in spec.visibilities:
+            grid = sorted(fam.eval_budgets)
+            rows = []
+            for agent in agents:
+                cells = []
+                for t in grid:
+                    won = _won_turns(records, fam.name, vis, agent, t, grid[-1])
+                    if won is None:
+                        cells.append("-")
+                        continue
+                    mean = float(np.mean(won)) if won else None
+                    cells.append("-" if mean is None else f"{mean:.2f} ({len(won)})")
+                    tts_rows.append(
+                        [fam.name, vis, agent, t, "" if mean is None else f"{mean:.6f}", len(won)]
+                    )
+                if any(c != "-" for c in cells):
+                    rows.append([agent, *cells])
+            if rows:
+                md += [
+                    f"**{fam.name}, budget {vis}:**",
+                    "",
+                    *_md_table(["arm", *[f"T={t}" for t in grid]], rows),
+                    "",
+                ]
+    tables.append(
+        _write_csv(
+            tables_dir / "turns_to_success.csv",
+            ["family", "visibility", "arm", "T", "mean_turns", "won"],
+            tts_rows,
         )
     )
 

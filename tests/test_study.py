@@ -96,7 +96,15 @@ def test_quick_study_runs_every_stage_and_report_only_reproduces_the_tables(tmp_
         "learning_status.csv",
         "difference_vs_generous.csv",
         "single_step_recovery.csv",
+        "turns_to_success.csv",
         "study_results.md",
+    }
+    # every arm has a turns-to-success row at the grid's largest T (hidden: one run there)
+    tts = (out / "tables" / "turns_to_success.csv").read_text().splitlines()[1:]
+    top = max(fam.eval_budgets)
+    assert {row.split(",")[2] for row in tts if row.split(",")[3] == str(top)} == {
+        *spec.arms,
+        study.RANDOM,
     }
     figs = sorted((docs.parent / "img" / "study").glob("*.png"))
     assert [f.name for f in figs] == [
