@@ -1037,6 +1037,7 @@ def cmd_study(args: argparse.Namespace, out: TextIO) -> int:
             progress=progress,
             workers=args.workers,
             figures=not args.no_figures,
+            families=args.family,
         )
     except (FileNotFoundError, ValueError) as exc:
         raise UsageError(str(exc)) from None
@@ -1279,6 +1280,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--docs", default="docs/study.md", metavar="PATH", help="page to write (docs/study.md)"
     )
     st.add_argument("--workers", type=int, default=2, help="processes / Ray CPUs (default 2)")
+    st.add_argument(
+        "--family",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="train and evaluate only this family (repeatable; the report covers all records)",
+    )
     st.add_argument("--no-figures", action="store_true")
     st.add_argument("--quiet", action="store_true", help="no progress bars")
 

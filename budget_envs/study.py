@@ -29,7 +29,7 @@ import logging
 import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -1075,11 +1075,22 @@ def run_study(
     progress: Progress | None = None,
     workers: int = 2,
     figures: bool = True,
+    families: Sequence[str] | None = None,
 ) -> StudyReport:
     """Train, evaluate, compare and report (or, with ``report_only``, report from the records).
 
     ``progress(stage, done, total)`` reports the long stages (the CLI draws bars with it).
+    ``families`` limits training and evaluation to those family names, so several processes
+    (or machines sharing the folder) can run a study's families side by side; the report
+    covers every family whose records are there.
     """
+    stage_spec = spec
+    if families is not None:
+        known = [f.name for f in spec.families]
+        unknown = [f for f in families if f not in known]
+        if unknown or not families:
+            raise ValueError(f"families must be among {known}, got {list(families)!r}")
+        stage_spec = replace(spec, families=[f for f in spec.families if f.name in families])
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "study.json"
@@ -1090,8 +1101,8 @@ def run_study(
         )
     saved.write_text(text, encoding="utf-8")
     if not report_only:
-        train_stage(spec, out, progress=progress, num_cpus=workers)
-        eval_stage(spec, out, progress=progress, workers=workers)
+        train_stage(stage_spec, out, progress=progress, num_cpus=workers)
+        eval_stage(stage_spec, out, progress=progress, workers=workers)
     records = load_study_records(out)
     compare_stage(spec, out, records)
     return write_study_report(spec, out, docs, records=records, figures=figures)

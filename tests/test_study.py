@@ -280,3 +280,9 @@ def test_the_study_page_has_one_generated_section():
     page = (ROOT / "docs" / "study.md").read_text(encoding="utf-8")
     assert page.count(study.BEGIN) == 1 and page.count(study.END) == 1
     assert page.index(study.BEGIN) < page.index(study.END)
+
+
+def test_family_filter_refuses_an_unknown_family(tmp_path):
+    with pytest.raises(ValueError, match="families must be among"):
+        study.run_study(study.quick_spec(), tmp_path / "run", tmp_path / "s.md", families=["nope"])
+    assert not (tmp_path / "run" / "policies").exists()
