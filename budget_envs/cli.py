@@ -1038,6 +1038,8 @@ def cmd_study(args: argparse.Namespace, out: TextIO) -> int:
             workers=args.workers,
             figures=not args.no_figures,
             families=args.family,
+            visibilities=args.visibility,
+            seeds=args.seed,
         )
     except (FileNotFoundError, ValueError) as exc:
         raise UsageError(str(exc)) from None
@@ -1286,6 +1288,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="NAME",
         help="train and evaluate only this family (repeatable; the report covers all records)",
+    )
+    st.add_argument(
+        "--visibility",
+        action="append",
+        default=None,
+        choices=["hidden", "remaining"],
+        help="train and evaluate only the arms with this budget visibility (repeatable)",
+    )
+    st.add_argument(
+        "--seed",
+        action="append",
+        type=int,
+        default=None,
+        help="train and evaluate only this training seed (repeatable)",
     )
     st.add_argument("--no-figures", action="store_true")
     st.add_argument("--quiet", action="store_true", help="no progress bars")

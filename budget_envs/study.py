@@ -196,6 +196,8 @@ def full_spec() -> StudySpec:
                 eval_budgets=[5, 6, 8, 11, 15, 20],
                 max_actions=128,
                 warm_start_episodes=200,
+                eval_tasks=12,
+                eval_samples=3,
                 iterations=2,
                 batch_size=256,
             ),
@@ -1076,21 +1078,32 @@ def run_study(
     workers: int = 2,
     figures: bool = True,
     families: Sequence[str] | None = None,
+    visibilities: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
 ) -> StudyReport:
     """Train, evaluate, compare and report (or, with ``report_only``, report from the records).
 
     ``progress(stage, done, total)`` reports the long stages (the CLI draws bars with it).
-    ``families`` limits training and evaluation to those family names, so several processes
-    (or machines sharing the folder) can run a study's families side by side; the report
-    covers every family whose records are there.
+    ``families``, ``visibilities`` and ``seeds`` limit training and evaluation to those, so
+    several processes (or machines sharing the folder) can run parts of a study side by side;
+    the report covers every record that is there.
     """
     stage_spec = spec
+    for name, wanted, known in (
+        ("families", families, [f.name for f in spec.families]),
+        ("visibilities", visibilities, list(spec.visibilities)),
+        ("seeds", seeds, list(spec.seeds)),
+    ):
+        if wanted is not None and (not wanted or any(w not in known for w in wanted)):
+            raise ValueError(f"{name} must be among {known}, got {list(wanted)!r}")
     if families is not None:
-        known = [f.name for f in spec.families]
-        unknown = [f for f in families if f not in known]
-        if unknown or not families:
-            raise ValueError(f"families must be among {known}, got {list(families)!r}")
-        stage_spec = replace(spec, families=[f for f in spec.families if f.name in families])
+        stage_spec = replace(stage_spec, families=[f for f in spec.families if f.name in families])
+    if visibilities is not None:
+        stage_spec = replace(
+            stage_spec, visibilities=[v for v in spec.visibilities if v in visibilities]
+        )
+    if seeds is not None:
+        stage_spec = replace(stage_spec, seeds=[s for s in spec.seeds if s in seeds])
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "study.json"

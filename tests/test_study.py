@@ -286,3 +286,12 @@ def test_family_filter_refuses_an_unknown_family(tmp_path):
     with pytest.raises(ValueError, match="families must be among"):
         study.run_study(study.quick_spec(), tmp_path / "run", tmp_path / "s.md", families=["nope"])
     assert not (tmp_path / "run" / "policies").exists()
+
+
+@pytest.mark.parametrize(
+    "filters, message",
+    [({"visibilities": ["shown"]}, "visibilities must be among"), ({"seeds": [7]}, "seeds must")],
+)
+def test_visibility_and_seed_filters_refuse_what_the_spec_lacks(tmp_path, filters, message):
+    with pytest.raises(ValueError, match=message):
+        study.run_study(study.quick_spec(), tmp_path / "run", tmp_path / "s.md", **filters)
