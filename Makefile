@@ -56,7 +56,7 @@ pip-check: setup
 	$(BIN)/pip check
 
 # What CI runs (.ci/run): habits first (fast), then the tests, then the docs build.
-ci: lint pip-check test docs
+ci: lint pip-check test study-check docs
 
 bench: setup
 	$(BIN)/python -m pytest benchmarks --benchmark-only -p no:cacheprovider
