@@ -139,28 +139,38 @@ def _tooluse_action():
 
 
 async def _load(make_client, url, sessions, steps, action_for, reset):
-    """Connect and reset ``sessions`` clients, then step each ``steps`` times at once."""
+    """Connect and reset ``sessions`` clients, then step each ``steps`` times at once.
+
+    No session closes before every session has stepped: closing one (its env freed on the
+    server) would otherwise run between the other sessions' timed steps.
+    """
     latencies: list[float] = []
-    ready = 0
-    go = asyncio.Event()
+    ready = finished = 0
+    go, done = asyncio.Event(), asyncio.Event()
 
     async def one():
-        nonlocal ready
+        nonlocal ready, finished
         async with make_client(url) as client:
             try:
                 await reset(client)
+                ready += 1
+                if ready == sessions:
+                    go.set()
+                await go.wait()
+                for _ in range(steps):
+                    t0 = time.perf_counter()
+                    await client.step(action_for())
+                    latencies.append(time.perf_counter() - t0)
             except BaseException:
                 go.set()  # the others must not wait for this one
+                done.set()
                 raise
-            ready += 1
-            if ready == sessions:
-                go.set()
-            await go.wait()
-            for _ in range(steps):
-                t0 = time.perf_counter()
-                await client.step(action_for())
-                latencies.append(time.perf_counter() - t0)
-            return time.perf_counter()
+            end = time.perf_counter()
+            finished += 1
+            if finished == sessions:
+                done.set()
+            await done.wait()
+            return end
 
     tasks = [asyncio.ensure_future(one()) for _ in range(sessions)]
     await go.wait()

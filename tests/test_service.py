@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -294,3 +295,92 @@ def test_step_answers_leave_out_unchanged_info_and_clients_restore_it():
             ws.send(json.dumps({"type": "step", "data": {"action": moves[0]}}))
             whole = json.loads(ws.recv())["data"]["observation"]
         assert whole["info_unchanged"] == [] and whole["info"] == want[0]
+
+
+class _Clock:
+    """A clock each env call advances by the duration it names (no real time involved)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def call(self, seconds: float):
+        def run():
+            self.now += seconds
+            return threading.current_thread().name
+
+        return run
+
+
+def test_lane_runs_cheap_calls_inline_and_slow_ones_on_its_worker():
+    from budget_envs.service.server import EnvLane
+
+    clock = _Clock()
+    lane = EnvLane(inline_limit_s=0.002, window=5, probe_every=4, clock=clock)
+    loop_thread = threading.current_thread().name
+
+    async def calls(kind, seconds, n):
+        return [await lane.run(kind, clock.call(seconds)) for _ in range(n)]
+
+    async def scenario():
+        cheap = await calls("step", 20e-6, 10)
+        slow = await calls("build", 0.010, 9)
+        return cheap, slow
+
+    try:
+        cheap, slow = asyncio.run(scenario())
+    finally:
+        lane.close()
+    assert cheap == [loop_thread] * 10 and not lane.is_slow("step")
+    # the first slow run decides; then the kind runs on the worker, probed inline every 4th call
+    assert slow[0] == loop_thread and lane.is_slow("build")
+    inline = [k for k, name in enumerate(slow) if name == loop_thread]
+    assert inline == [0, 4, 8], slow
+    assert lane.counts == {"inline": 13, "worker": 6}
+
+
+def test_lane_keeps_a_cheap_kind_inline_through_a_few_preempted_runs():
+    from budget_envs.service.server import EnvLane
+
+    clock = _Clock()
+    lane = EnvLane(inline_limit_s=0.002, window=5, clock=clock)
+    loop_thread = threading.current_thread().name
+    # a 20 us call now and then takes 30 ms (the process was preempted on a busy machine)
+    durations = [20e-6, 0.030, 20e-6, 20e-6, 0.030, 20e-6, 20e-6, 20e-6, 0.030, 20e-6]
+
+    async def scenario():
+        return [await lane.run("step", clock.call(d)) for d in durations]
+
+    try:
+        threads = asyncio.run(scenario())
+    finally:
+        lane.close()
+    assert threads == [loop_thread] * len(durations) and not lane.is_slow("step")
+    # a kind that turns slow for good moves to the worker once most recent runs are slow
+    lane = EnvLane(inline_limit_s=0.002, window=5, clock=clock)
+
+    async def turning():
+        fast = [await lane.run("step", clock.call(20e-6)) for _ in range(5)]
+        slow = [await lane.run("step", clock.call(0.030)) for _ in range(5)]
+        return fast, slow
+
+    try:
+        fast, slow = asyncio.run(turning())
+    finally:
+        lane.close()
+    assert fast == [loop_thread] * 5
+    assert slow[:3] == [loop_thread] * 3 and lane.is_slow("step")
+    assert loop_thread not in slow[3:]
+
+
+def test_lane_rejects_bad_arguments():
+    from budget_envs.service.server import EnvLane
+
+    with pytest.raises(ValueError, match="window must be a positive int, got 0"):
+        EnvLane(window=0)
+    with pytest.raises(ValueError, match="probe_every must be a positive int, got -1"):
+        EnvLane(probe_every=-1)
+    with pytest.raises(TypeError, match="inline_limit_s must be a number, got 'x'"):
+        EnvLane(inline_limit_s="x")

@@ -29,7 +29,7 @@ import json  # noqa: E402
 import logging  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
-from collections import OrderedDict  # noqa: E402
+from collections import OrderedDict, deque  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
@@ -64,8 +64,12 @@ DEFAULT_IDLE_TIMEOUT = 300.0
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 #: Answers a session remembers for request-id retries.
 REPLAY_CACHE = 1024
-#: Seconds (running average) above which env calls leave the event loop for the worker thread.
+#: Seconds (median of recent runs) above which env calls leave the event loop for the worker thread.
 INLINE_LIMIT_S = 0.002
+#: Inline runs of a kind of call the median is taken over.
+LANE_WINDOW = 15
+#: A kind of call judged slow still runs inline once in this many calls, to check it still is.
+LANE_PROBE_EVERY = 64
 
 _DEFAULT = object()
 
@@ -119,42 +123,86 @@ class ServeConfig:
 class EnvLane:
     """Runs the env calls of every session of one server one at a time, in arrival order.
 
-    A call runs inline on the event loop while calls of its kind are cheap (running average
-    under ``inline_limit_s``) and none waits on the worker thread; otherwise it runs on the
-    one worker thread, and the next calls follow it there until the worker is idle again.
-    Handing a 20 us ToolUse step to a thread costs more than the step (a future, a wake-up
-    of the loop, and the GIL passed back and forth around every SQLite call, which at 64+
-    sessions stalls the loop's sockets); a slow call (an ALFWorld step, building an env)
-    inline would stall every other session's socket for its duration.
+    A call runs inline on the event loop while calls of its kind are cheap and none waits on
+    the worker thread; otherwise it runs on the one worker thread, and the next calls follow
+    it there until the worker is idle again. Handing a 20 us ToolUse step to a thread costs
+    more than the step (a future, a wake-up of the loop, and the GIL passed back and forth
+    around every SQLite call, which at 64+ sessions stalls the loop's sockets); a slow call (an
+    ALFWorld step, building an env) inline would stall every other session's socket for its
+    duration.
+
+    "Cheap" is the median of the last ``window`` inline runs of the kind under
+    ``inline_limit_s``: on a busy machine a 20 us call is now and then preempted for
+    milliseconds, and one such run must not send every later call to the thread (where each
+    pays the hop, and times taken there, inflated by waits for the GIL, would keep them
+    there). Runs on the worker are therefore not timed; a kind judged slow runs inline once
+    in ``probe_every`` calls to check it still is.
     """
 
-    def __init__(self, inline_limit_s: float = INLINE_LIMIT_S) -> None:
-        self.inline_limit_s = inline_limit_s
-        self._mean: dict[str, float] = {}
+    def __init__(
+        self,
+        inline_limit_s: float = INLINE_LIMIT_S,
+        *,
+        window: int = LANE_WINDOW,
+        probe_every: int = LANE_PROBE_EVERY,
+        clock: Any = time.perf_counter,
+    ) -> None:
+        if not isinstance(inline_limit_s, (int, float)) or isinstance(inline_limit_s, bool):
+            raise TypeError(f"inline_limit_s must be a number, got {inline_limit_s!r}")
+        for name, value in (("window", window), ("probe_every", probe_every)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.inline_limit_s = float(inline_limit_s)
+        self.probe_every = probe_every
+        self._window = window
+        self._clock = clock
+        self._runs: dict[str, deque[float]] = {}
+        self._slow: set[str] = set()
+        self._skipped: dict[str, int] = {}
         self._queued = 0
         self._executor: ThreadPoolExecutor | None = None
+        #: Calls run so far: ``{"inline": n, "worker": m}`` (for tests and profiling).
+        self.counts = {"inline": 0, "worker": 0}
+
+    def is_slow(self, kind: str) -> bool:
+        """Whether calls of ``kind`` go to the worker thread (when nothing else decides)."""
+        return kind in self._slow
 
     def _timed(self, kind: str, call: Any) -> Any:
-        t0 = time.perf_counter()
+        t0 = self._clock()
         try:
             return call()
         finally:
-            dt = time.perf_counter() - t0
-            mean = self._mean.get(kind)
-            self._mean[kind] = dt if mean is None else 0.9 * mean + 0.1 * dt
+            runs = self._runs.get(kind)
+            if runs is None:
+                runs = self._runs[kind] = deque(maxlen=self._window)
+            runs.append(self._clock() - t0)
+            # The median; under 3 runs the fastest, so that one preempted run decides nothing.
+            typical = min(runs) if len(runs) < 3 else sorted(runs)[len(runs) // 2]
+            if typical < self.inline_limit_s:
+                self._slow.discard(kind)
+            else:
+                self._slow.add(kind)
 
     async def run(self, kind: str, call: Any, *, inline: bool = True) -> Any:
         """``call()``, inline or on the worker thread (always there with ``inline=False``)."""
-        if inline and not self._queued and self._mean.get(kind, 0.0) < self.inline_limit_s:
-            return self._timed(kind, call)
+        if inline and not self._queued:
+            if kind not in self._slow:
+                self.counts["inline"] += 1
+                return self._timed(kind, call)
+            skipped = self._skipped.get(kind, 0) + 1
+            if skipped >= self.probe_every:
+                self._skipped[kind] = 0
+                self.counts["inline"] += 1
+                return self._timed(kind, call)
+            self._skipped[kind] = skipped
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="budget-envs")
         self._queued += 1
+        self.counts["worker"] += 1
         try:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(
-                self._executor, functools.partial(self._timed, kind, call)
-            )
+            return await loop.run_in_executor(self._executor, call)
         finally:
             self._queued -= 1
 
