@@ -262,16 +262,16 @@ def demo_spec(**sizes: Any) -> StudySpec:
 
     Budget hidden, one seed, trained in world 0 and evaluated on 20 tasks x 4 samples of world 1
     (unseen), beside the random, oracle and oracle-eps0.3 agents on the same tasks and episode
-    seeds. A shared warm start (500 oracle episodes, 10 epochs) makes the pair beat random on
-    unseen tasks; then 4 PPO iterations of 256 steps per arm.
+    seeds. A shared warm start (300 oracle episodes, 10 epochs) makes the pair beat random on
+    unseen tasks; then 2 PPO iterations of 256 steps per arm.
 
     Two settings differ from the study's ToolUse family, both because a brief PPO would
     otherwise leave the arms identical (measured): ``tight`` is 3, the shortest optimal length
     of the level-1 tasks, not 5 (the warm-started policy ends its episodes in about 3 turns, so
-    with BudgetMix over 5..12 no training episode meets its budget and both arms see the same
-    episodes), and the PPO learning rate is 1e-3, not 1e-4 (at 1e-4, 4 iterations leave every
-    evaluation action of both arms unchanged). ``sizes`` overrides :class:`Family` fields
-    (smaller runs in tests), e.g. ``demo_spec(warm_start_episodes=40, iterations=1)``.
+    with BudgetMix over 5..12 no training episode met its budget and both arms saw the same
+    episodes), and the PPO learning rate is 1e-3, not 1e-4 (at 1e-4 even 4 iterations left
+    every evaluation action of both arms unchanged). ``sizes`` overrides :class:`Family`
+    fields (smaller runs in tests), e.g. ``demo_spec(warm_start_episodes=40, iterations=1)``.
     """
     from dataclasses import replace
 
@@ -284,9 +284,9 @@ def demo_spec(**sizes: Any) -> StudySpec:
         generous=12,
         eval_budgets=[2, 3, 4, 5, 6, 8, 10, 12, 14],
         max_actions=256,
-        warm_start_episodes=500,
+        warm_start_episodes=300,
         warm_start_epochs=10,
-        iterations=4,
+        iterations=2,
         batch_size=256,
         eval_tasks=20,
         eval_samples=4,
