@@ -269,9 +269,10 @@ def demo_spec(**sizes: Any) -> StudySpec:
     otherwise leave the arms identical (measured): ``tight`` is 3, the shortest optimal length
     of the level-1 tasks, not 5 (the warm-started policy ends its episodes in about 3 turns, so
     with BudgetMix over 5..12 no training episode met its budget and both arms saw the same
-    episodes), and the PPO learning rate is 1e-3, not 1e-4 (at 1e-4 even 4 iterations left
-    every evaluation action of both arms unchanged). ``sizes`` overrides :class:`Family`
-    fields (smaller runs in tests), e.g. ``demo_spec(warm_start_episodes=40, iterations=1)``.
+    episodes), and the PPO learning rate is 1e-3, not 1e-4 (at 1e-4, after 4 iterations, the
+    arms played alike in 75 of 80 paired eval episodes, with the same Pass@(K,T) at every K and
+    T). ``sizes`` overrides :class:`Family` fields (smaller runs in tests), e.g.
+    ``demo_spec(warm_start_episodes=40, iterations=1)``.
     """
     from dataclasses import replace
 
