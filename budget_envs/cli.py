@@ -232,6 +232,31 @@ class _Progress:
             self.bar.close()
 
 
+class _StageBars:
+    """tqdm bars for the study's ``progress(stage, done, total)`` hook: one bar per stage."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.bars: dict[str, Any] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        bar = self.bars.get(stage)
+        if bar is None:
+            from tqdm import tqdm
+
+            bar = self.bars[stage] = tqdm(total=total, desc=stage, file=sys.stderr)
+        bar.total = total
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+
+    def close(self) -> None:
+        for bar in self.bars.values():
+            bar.close()
+
+
 # ---------------------------------------------------------------------- list
 def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
     from budget_envs.registry import entry_for, registered_ids
@@ -695,6 +720,14 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
 
     start = time.perf_counter()
     out_dir = Path(args.out)
+    pair_spec = None
+    if not args.no_train:
+        from budget_envs import study
+
+        try:
+            pair_spec = study.demo_spec(**(args.train_sizes or {}))
+        except ValueError as exc:
+            raise UsageError(f"bad --train-sizes: {exc}") from None
     env_ids, source = _demo_ids()
     if args.env:
         _check_env_ids(args.env)
@@ -837,19 +870,130 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
                 print(_indent(turn["observation"]), file=out)
             if turn.get("episode_summary"):
                 print(f"episode summary: {turn['episode_summary']}", file=out)
+    pair = "off"
+    if pair_spec is not None:
+        pair = _demo_pair(pair_spec, out_dir / "trained", args, out)
+        rc = 1 if pair == "failed" else rc
     print(
         f"\nReport: {report.markdown} ({len(report.figures)} figures, {len(report.tables)} tables); "
-        f"records under {runs}; {time.perf_counter() - start:.0f} s.",
+        f"records under {runs}; {time.perf_counter() - start:.0f} s in all.",
         file=out,
     )
-    if skipped and strict:
+    if (skipped or pair == "skipped") and strict:
+        what = []
+        if skipped:
+            what.append(
+                f"{len(skipped)} of {len(env_ids)} families were skipped "
+                f"({', '.join(e for e, _ in skipped)})"
+            )
+        if pair == "skipped":
+            what.append("the trained pair was skipped")
         print(
-            f"FAILED: {len(skipped)} of {len(env_ids)} families were skipped "
-            f"({', '.join(e for e, _ in skipped)}); a skip fails the demo under CI=true or --strict",
+            f"FAILED: {'; '.join(what)}; a skip fails the demo under CI=true or --strict",
             file=out,
         )
         return 1
     return rc
+
+
+def _demo_pair(spec: Any, folder: Path, args: argparse.Namespace, out: TextIO) -> str:
+    """The demo's trained pair: the study's train, eval, compare and report stages on
+    ``spec`` (:func:`budget_envs.study.demo_spec`) into ``folder``, then its summary.
+
+    Returns ``"done"``, ``"skipped"`` (no RLlib) or ``"failed"``.
+    """
+    from budget_envs import study
+
+    start = time.perf_counter()
+    fam = spec.families[0]
+    arm_a, arm_b = spec.arms
+    t_a, t_b = (study.arm_budget(a, fam.tight, fam.generous) for a in (arm_a, arm_b))
+    print(
+        f"\n## Trained pair on {fam.env_id}: {arm_b} (training T {t_b}) against {arm_a} "
+        f"(training T {t_a})",
+        file=out,
+    )
+    missing = [m for m in ("ray", "torch") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(
+            f"SKIPPED the trained pair: training needs {' and '.join(missing)}: "
+            'pip install "budget-envs[rllib]" (or run the demo with --no-train)',
+            file=out,
+        )
+        return "skipped"
+    reused = any((folder / "records").glob("*.jsonl.gz"))
+    bars = _StageBars(enabled=not args.quiet)
+    try:
+        report = study.run_study(
+            spec,
+            folder,
+            folder / "study.md",
+            progress=bars,
+            workers=args.workers,
+            figures=not args.no_figures,
+        )
+        pair = study.pair_summary(spec, folder)
+    except Exception as exc:  # the demo reports a failed pair and carries on
+        print(f"FAILED the trained pair: {type(exc).__name__}: {exc}", file=out)
+        if isinstance(exc, ValueError) and "holds another study" in str(exc):
+            print(f"(delete {folder} to train the pair again)", file=out)
+        return "failed"
+    finally:
+        bars.close()
+    seconds = time.perf_counter() - start
+    refs = ", ".join([study.RANDOM, *spec.references])
+    vis = "hidden" if pair.visibility == "hidden" else f"visible ({pair.visibility})"
+    print(
+        f"Budget {vis}, trained on {json.dumps(fam.train_kwargs)}: a shared warm start on "
+        f"{fam.warm_start_episodes} oracle episodes ({fam.warm_start_epochs} epochs), then "
+        f"{fam.iterations} PPO iteration(s) of {fam.batch_size} steps per arm. Evaluated on "
+        f"{fam.eval_tasks} unseen tasks of {json.dumps(fam.eval_kwargs)} x {fam.eval_samples} "
+        f"samples, with {refs} on the same tasks and episode seeds.",
+        file=out,
+    )
+    if pair.training:
+        nan = float("nan")
+        cells = [
+            f"{arm} win rate {row.get('win_rate', nan):.3f}, {row.get('turns', nan):.1f} turns, "
+            f"mean T {row.get('budget_limit', nan):.1f}"
+            for arm, row in pair.training.items()
+        ]
+        print("Last PPO iteration (training tasks): " + "; ".join(cells) + ".", file=out)
+    if reused:
+        print(
+            f"(reused the finished policies and episodes of an earlier demo in {folder}; delete it "
+            "to train again)",
+            file=out,
+        )
+    for k in pair.ks:
+        print(
+            f"\nPass@({k},T) on {pair.units} unseen tasks; B - A = {arm_b} - {arm_a} with its 95% "
+            "paired bootstrap interval (budgetmix compare):",
+            file=out,
+        )
+        header = ["T", *pair.agents, "B - A"]
+        print("| " + " | ".join(header) + " |", file=out)
+        print("|" + "---|" * len(header), file=out)
+        for j, t in enumerate(pair.ts):
+            d, lo, hi = pair.diff[k][j]
+            row = [str(t), *(f"{pair.pass_at[a][k][j]:.3f}" for a in pair.agents)]
+            row.append(f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+            print("| " + " | ".join(row) + " |", file=out)
+    same, total = pair.same_play
+    print(
+        f"\n{arm_a} and {arm_b} played the same actions in {same} of {total} paired episodes "
+        f"(same task, sample and episode seed).",
+        file=out,
+    )
+    figures = [] if args.no_figures else [*pair.figures, *report.figures]
+    if figures:
+        print("Figures: " + ", ".join(str(f) for f in figures), file=out)
+    print(
+        f"Trained pair: {folder / 'study.md'} (tables in {folder / 'tables'}, the comparison in "
+        f"{pair.compare_dir}); {seconds:.0f} s.",
+        file=out,
+    )
+    return "done"
 
 
 def _middle_budget_rows(rows: list[str]) -> list[str]:
@@ -1013,28 +1157,14 @@ def cmd_study(args: argparse.Namespace, out: TextIO) -> int:
         missing = [m for m in ("ray", "torch") if importlib.util.find_spec(m) is None]
         if missing:
             raise UsageError('the study trains with RLlib: pip install "budget-envs[rllib]"')
-    bars: dict[str, Any] = {}
-
-    def progress(stage: str, done: int, total: int) -> None:
-        if args.quiet:
-            return
-        bar = bars.get(stage)
-        if bar is None:
-            from tqdm import tqdm
-
-            bar = bars[stage] = tqdm(total=total, desc=stage, file=sys.stderr)
-        bar.total = total
-        bar.update(done - bar.n)
-        if done >= total:
-            bar.close()
-
+    bars = _StageBars(enabled=not args.quiet)
     try:
         report = study.run_study(
             spec,
             args.out,
             args.docs,
             report_only=args.report_only,
-            progress=progress,
+            progress=bars,
             workers=args.workers,
             figures=not args.no_figures,
             families=args.family,
@@ -1044,8 +1174,7 @@ def cmd_study(args: argparse.Namespace, out: TextIO) -> int:
     except (FileNotFoundError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     finally:
-        for bar in bars.values():
-            bar.close()
+        bars.close()
     flagged = [r for r in report.learning if not r.learned]
     print(
         f"study report in {args.docs} ({len(report.tables)} tables in {Path(args.out) / 'tables'}, "
@@ -1306,7 +1435,10 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--no-figures", action="store_true")
     st.add_argument("--quiet", action="store_true", help="no progress bars")
 
-    d = sub.add_parser("demo", help="the main job: reference agents on every registered family")
+    d = sub.add_parser(
+        "demo",
+        help="the main job: reference agents on every registered family, and a trained pair",
+    )
     d.add_argument("--out", default="demo_out", help="output directory (default demo_out)")
     d.add_argument("--tasks", type=int, default=5, help="tasks per env, spread over its task list")
     d.add_argument("--samples", type=int, default=4)
@@ -1326,6 +1458,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="exit non-zero when a family is skipped (always on under CI=true)",
     )
+    d.add_argument(
+        "--no-train",
+        action="store_true",
+        help="skip the trained pair (fixed-T and BudgetMix policies on ToolUse, RLlib)",
+    )
+    # Field overrides of the trained pair's Family (smaller runs in tests), as JSON.
+    d.add_argument("--train-sizes", type=_json_dict, default=None, help=argparse.SUPPRESS)
     return p
 
 

@@ -40,9 +40,11 @@ __all__ = [
     "Family",
     "StudySpec",
     "arm_budget",
+    "demo_spec",
     "full_spec",
     "learning_status",
     "load_study_records",
+    "pair_summary",
     "quick_spec",
     "run_study",
     "write_study_report",
@@ -138,6 +140,10 @@ class StudySpec:
     lr: float = 1e-4
     entropy_coeff: float = 0.001
     n_boot: int = 1000
+    #: Reference agents (name -> agent spec, e.g. ``{"oracle": "oracle"}``) evaluated beside the
+    #: arms and random in the same runs (same tasks, same episode seeds); not trained, not scored
+    #: for learning, shown in the Pass@1 and single-step tables and figures.
+    references: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.families:
@@ -152,6 +158,12 @@ class StudySpec:
             )
         if not self.seeds:
             raise ValueError("a study needs at least one seed")
+        taken = {*ARMS, RANDOM}
+        bad = [n for n in self.references if n in taken or "@s" in n or not n]
+        if bad:
+            raise ValueError(
+                f"reference agent names must be new, non-empty and free of '@s', got {bad!r}"
+            )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -245,6 +257,58 @@ def quick_spec() -> StudySpec:
         visibilities=["hidden"],
         seeds=[0],
         n_boot=200,
+    )
+
+
+def demo_spec(**sizes: Any) -> StudySpec:
+    """The demo's trained pair: ``fixed_generous`` against ``mix_uniform`` on ToolUse level 1.
+
+    Budget hidden, one seed, trained in world 0 and evaluated on 20 tasks x 4 samples of world 1
+    (unseen), beside the random, oracle and oracle-eps0.3 agents on the same tasks and episode
+    seeds. A shared warm start (300 oracle episodes, 10 epochs) makes the pair beat random on
+    unseen tasks; then 2 PPO iterations of 256 steps per arm.
+
+    Two settings differ from the study's ToolUse family, both because a brief PPO would
+    otherwise leave the arms identical (measured): ``tight`` is 3, the shortest optimal length
+    of the level-1 tasks, not 5 (the warm-started policy ends its episodes in about 3 turns, so
+    with BudgetMix over 5..12 no training episode met its budget and both arms saw the same
+    episodes), and the PPO learning rate is 1e-3, not 1e-4 (at 1e-4, after 4 iterations, the
+    arms played alike in 75 of 80 paired eval episodes, with the same Pass@(K,T) at every K and
+    T). ``sizes`` overrides :class:`Family` fields (smaller runs in tests), e.g.
+    ``demo_spec(warm_start_episodes=40, iterations=1)``.
+    """
+    from dataclasses import replace
+
+    fam = Family(
+        name="tooluse",
+        env_id="BudgetMix/ToolUse-v0",
+        train_kwargs={"level": 1, "world_seed": 0},
+        eval_kwargs={"level": 1, "world_seed": 1},
+        tight=3,
+        generous=12,
+        eval_budgets=[2, 3, 4, 5, 6, 8, 10, 12, 14],
+        max_actions=256,
+        warm_start_episodes=300,
+        warm_start_epochs=10,
+        iterations=2,
+        batch_size=256,
+        eval_tasks=20,
+        eval_samples=4,
+        fault_turns=[2],
+        probe_states=2,
+    )
+    try:
+        fam = replace(fam, **sizes)
+    except TypeError as exc:
+        raise ValueError(f"demo_spec: bad size override {sizes!r}: {exc}") from None
+    return StudySpec(
+        families=[fam],
+        arms=["fixed_generous", "mix_uniform"],
+        visibilities=["hidden"],
+        seeds=[0],
+        lr=1e-3,
+        n_boot=1000,
+        references={"oracle": "oracle", "oracle-eps0.3": "oracle:epsilon=0.3"},
     )
 
 
@@ -376,7 +440,8 @@ def train_stage(
 def eval_stage(
     spec: StudySpec, out: Path, *, progress: Progress | None = None, workers: int = 2
 ) -> list[Path]:
-    """Evaluate each (family, visibility, seed)'s arms and the random agent on unseen tasks.
+    """Evaluate each (family, visibility, seed)'s arms, the random agent and the spec's
+    reference agents on unseen tasks.
 
     One run per (family, visibility, seed), with that seed as the run seed, so an arm and the
     random agent play the same tasks with the same episode seeds (paired). Budget-hidden runs
@@ -400,6 +465,7 @@ def eval_stage(
                     for arm in spec.arms
                 }
                 agents[RANDOM] = RANDOM
+                agents.update(spec.references)
                 grid = sorted(fam.eval_budgets)
                 plan = EvalPlan(
                     env_ids=[fam.env_id],
@@ -493,10 +559,15 @@ def load_study_records(out: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def compare_stage(
-    spec: StudySpec, out: Path, records: Sequence[dict[str, Any]] | None = None
+    spec: StudySpec,
+    out: Path,
+    records: Sequence[dict[str, Any]] | None = None,
+    *,
+    figures: bool = True,
 ) -> list[Any]:
     """``compare`` each arm against ``fixed_generous`` (and against random) per family and
-    visibility, into ``compare/``: difference surfaces with paired bootstrap intervals."""
+    visibility, into ``compare/``: difference surfaces with paired bootstrap intervals (and
+    their heatmaps unless ``figures`` is False)."""
     from budget_envs.eval.report import compare_runs
 
     records = load_study_records(out) if records is None else records
@@ -521,9 +592,124 @@ def compare_stage(
                         agent_b=arm,
                         n_boot=spec.n_boot,
                         seed=0,
-                        figures=True,
+                        figures=figures,
                     )
     return results
+
+
+# ---------------------------------------------------------------------- pair summary
+@dataclass
+class PairSummary:
+    """Two arms of one (family, visibility) side by side, with the agents of the same runs:
+    what ``budgetmix demo`` prints about its trained pair (:func:`pair_summary`)."""
+
+    family: Family
+    visibility: str
+    arm_a: str
+    arm_b: str
+    #: The agents with records, in report order: the arms, random, the reference agents.
+    agents: list[str]
+    #: The K shown (1 and the number of samples) and the T shown (the family's grid).
+    ks: list[int]
+    ts: list[int]
+    #: agent -> K -> Pass@(K,T) at each T of ``ts``.
+    pass_at: dict[str, dict[int, list[float]]]
+    #: K -> (B - A, low, high) at each T of ``ts``: ``compare``'s paired 95% interval.
+    diff: dict[int, list[tuple[float, float, float]]]
+    #: Task x seed units of the comparison.
+    units: int
+    #: Paired no-fault episodes (same task, sample and seed) in which the two arms played the
+    #: same actions, and all such pairs.
+    same_play: tuple[int, int]
+    #: arm -> its last PPO iteration's metrics row (win rate, turns, budget_limit, ...).
+    training: dict[str, dict[str, float]]
+    #: The ``compare`` folder of B against A (difference.csv, compare.md, the heatmap).
+    compare_dir: Path
+    #: The heatmap ``compare`` drew there (empty without figures).
+    figures: list[Path]
+
+
+def pair_summary(
+    spec: StudySpec,
+    out: str | os.PathLike,
+    *,
+    arm_a: str = "fixed_generous",
+    arm_b: str | None = None,
+    records: Sequence[dict[str, Any]] | None = None,
+) -> PairSummary:
+    """``arm_b`` (default: the spec's other arm) against ``arm_a`` in the first family and
+    visibility of a study folder that :func:`run_study` finished: Pass@(K,T) of every agent of
+    the runs, and the difference as :func:`compare_stage` wrote it (its ``difference.csv``)."""
+    out = Path(out)
+    others = [a for a in spec.arms if a != arm_a]
+    arm_b = others[0] if arm_b is None and others else arm_b
+    if arm_a not in spec.arms or arm_b not in spec.arms or arm_a == arm_b:
+        raise ValueError(f"need two arms of {spec.arms!r}, got {arm_a!r} and {arm_b!r}")
+    fam, vis = spec.families[0], spec.visibilities[0]
+    records = load_study_records(out) if records is None else records
+    mine = [r for r in records if r["study_family"] == fam.name and r["study_visibility"] == vis]
+    surfaces = _surfaces(mine, spec.n_boot)
+    ts = sorted(fam.eval_budgets)
+    ks = sorted({1, fam.eval_samples})
+    pass_at: dict[str, dict[int, list[float]]] = {}
+    for agent in [*spec.arms, RANDOM, *spec.references]:
+        surf = surfaces.get((fam.name, vis, agent))
+        if surf is None:
+            continue
+        pass_at[agent] = {
+            k: [
+                float(surf.mean[surf.ks.index(k), surf.ts.index(t)])
+                if k in surf.ks and t in surf.ts
+                else float("nan")
+                for t in ts
+            ]
+            for k in ks
+        }
+    compare_dir = out / "compare" / f"{fam.name}__{vis}__{arm_b}_vs_{arm_a}"
+    csv_path = compare_dir / "difference.csv"
+    if not csv_path.exists():
+        raise FileNotFoundError(f"no comparison {csv_path}: run the study's compare stage first")
+    cells: dict[tuple[int, int], tuple[float, float, float]] = {}
+    with csv_path.open(newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            cells[int(row["K"]), int(row["T"])] = (
+                float(row["diff"]),
+                float(row["low"]),
+                float(row["high"]),
+            )
+    nan = (float("nan"),) * 3
+    diff = {k: [cells.get((k, t), nan) for t in ts] for k in ks}
+    plays: dict[str, dict[tuple, Any]] = {arm_a: {}, arm_b: {}}
+    for r in mine:
+        clean = r.get("record") == "episode" and r.get("fault_turn") is None
+        if r["agent"] in plays and clean and r.get("actions") is not None:
+            plays[r["agent"]][r["task_id"], r["sample"], r["budget"]] = r["actions"]
+    pairs = sorted(set(plays[arm_a]) & set(plays[arm_b]))
+    same = sum(1 for key in pairs if plays[arm_a][key] == plays[arm_b][key])
+    from budget_envs.integrations.rllib_train import read_metrics
+
+    training = {}
+    for arm in (arm_a, arm_b):
+        rows = read_metrics(_policy_root(out, fam, vis, spec.seeds[0]) / arm)
+        if rows:
+            training[arm] = rows[-1]
+    units = len(surfaces[(fam.name, vis, arm_a)].task_ids) if pass_at.get(arm_a) else 0
+    return PairSummary(
+        family=fam,
+        visibility=vis,
+        arm_a=arm_a,
+        arm_b=arm_b,
+        agents=list(pass_at),
+        ks=ks,
+        ts=ts,
+        pass_at=pass_at,
+        diff=diff,
+        units=units,
+        same_play=(same, len(pairs)),
+        training=training,
+        compare_dir=compare_dir,
+        figures=sorted(compare_dir.glob("*.png")),
+    )
 
 
 # ---------------------------------------------------------------------- report
@@ -690,7 +876,7 @@ def write_study_report(
     surfaces = _surfaces(records, spec.n_boot)
     tables: list[Path] = []
     md: list[str] = []
-    agents = [*spec.arms, RANDOM]
+    agents = [*spec.arms, RANDOM, *spec.references]
 
     # ---- Pass@1 vs T
     md += ["### Pass@1 against T", ""]
@@ -998,7 +1184,7 @@ def _figures(
     out: list[Path] = []
     for fam in spec.families:
         for vis in spec.visibilities:
-            keys = [(fam.name, vis, a) for a in [*spec.arms, RANDOM]]
+            keys = [(fam.name, vis, a) for a in [*spec.arms, RANDOM, *spec.references]]
             present = [k for k in keys if k in surfaces]
             if not present:
                 continue
@@ -1108,7 +1294,8 @@ def run_study(
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "study.json"
     text = json.dumps(spec.to_json(), indent=2) + "\n"
-    if saved.exists() and saved.read_text(encoding="utf-8") != text:
+    # Compared as specs, not text: a folder written before a field was added still matches.
+    if saved.exists() and StudySpec.from_json(json.loads(saved.read_text("utf-8"))) != spec:
         raise ValueError(
             f"{out} holds another study ({saved}); use another --out or the same options"
         )
@@ -1117,5 +1304,5 @@ def run_study(
         train_stage(stage_spec, out, progress=progress, num_cpus=workers)
         eval_stage(stage_spec, out, progress=progress, workers=workers)
     records = load_study_records(out)
-    compare_stage(spec, out, records)
+    compare_stage(spec, out, records, figures=figures)
     return write_study_report(spec, out, docs, records=records, figures=figures)

@@ -163,7 +163,8 @@ register_env(EnvEntry(id="BudgetMixTest/Missing-v0", entry_point="budget_envs_no
 from budget_envs import cli
 sys.exit(cli.main(["demo", "--env", TOY_ID, "--env", "BudgetMixTest/Missing-v0",
                    "--out", {out!r}, "--tasks", "2", "--samples", "1", "--probe-states", "1",
-                   "--fault-turns", "1", "--workers", "1", "--no-figures", "--quiet"]))
+                   "--fault-turns", "1", "--workers", "1", "--no-figures", "--quiet",
+                   "--no-train"]))
 """
 
 
@@ -182,5 +183,37 @@ def test_demo_fails_under_ci_when_a_family_is_skipped(tmp_path, ci):
     if ci:
         assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
         assert "FAILED: 1 of 2 families were skipped" in proc.stdout
+    else:
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+_NO_RAY = """
+import sys
+sys.modules["ray"] = None  # as if the rllib extra were not installed
+sys.path.insert(0, {tests!r})
+from contract_helpers import register_toy, TOY_ID
+register_toy()
+from budget_envs import cli
+sys.exit(cli.main(["demo", "--env", TOY_ID, "--out", {out!r}, "--tasks", "2", "--samples", "1",
+                   "--probe-states", "1", "--fault-turns", "1", "--workers", "1", "--no-figures",
+                   "--quiet"]))
+"""
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_demo_says_when_the_trained_pair_cannot_run(tmp_path, ci):
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    if ci:
+        env["CI"] = ci
+    code = _NO_RAY.format(tests=str(TESTS), out=str(tmp_path / "demo"))
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert "SKIPPED the trained pair: training needs ray" in proc.stdout, proc.stdout + proc.stderr
+    assert f"One oracle episode on {TOY_ID}" in proc.stdout  # the reference part still ran
+    assert not (tmp_path / "demo" / "trained").exists()
+    if ci:
+        assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert "FAILED: the trained pair was skipped" in proc.stdout
     else:
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

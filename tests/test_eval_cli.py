@@ -197,8 +197,10 @@ def test_eval_visible_run(tmp_path):
 def test_demo_on_what_is_registered(tmp_path):
     rc, text = run(
         ["demo", "--out", str(tmp_path / "demo"), "--quiet", "--workers", "1", "--env", TOY_ID]
+        + ["--no-train"]
     )
     assert rc == 0, text
+    assert "Trained pair" not in text and not (tmp_path / "demo" / "trained").exists()
     assert "Pass@(1,T_max)" in text and "oracle-eps0.3 (remaining)" in text
     assert "One oracle episode on BudgetMixTest/Toy-v0" in text and "episode summary:" in text
     assert "[turn 1/12, 11 left]" in text

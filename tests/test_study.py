@@ -9,6 +9,7 @@ runs them through the real report code.
 
 from __future__ import annotations
 
+import csv
 import gzip
 import json
 import os
@@ -295,3 +296,208 @@ def test_family_filter_refuses_an_unknown_family(tmp_path):
 def test_visibility_and_seed_filters_refuse_what_the_spec_lacks(tmp_path, filters, message):
     with pytest.raises(ValueError, match=message):
         study.run_study(study.quick_spec(), tmp_path / "run", tmp_path / "s.md", **filters)
+
+
+def test_demo_spec_and_references_round_trip():
+    spec = study.demo_spec()
+    (fam,) = spec.families
+    assert spec.arms == ["fixed_generous", "mix_uniform"] and spec.visibilities == ["hidden"]
+    assert fam.train_kwargs["world_seed"] != fam.eval_kwargs["world_seed"]  # unseen tasks
+    assert set(spec.references) == {"oracle", "oracle-eps0.3"}
+    assert study.StudySpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+    small = study.demo_spec(warm_start_episodes=7, eval_tasks=2)
+    assert small.families[0].warm_start_episodes == 7 and small.families[0].eval_tasks == 2
+    with pytest.raises(ValueError, match="bad size override"):
+        study.demo_spec(warm_start_episode=7)
+    with pytest.raises(ValueError, match="reference agent names"):
+        study.StudySpec(families=spec.families, references={"random": "random"})
+    # a study.json written before `references` existed still reads as the same spec
+    old = study.quick_spec().to_json()
+    del old["references"]
+    assert study.StudySpec.from_json(old) == study.quick_spec()
+
+
+def _pair_records():
+    """fixed_generous wins every task at turn 5; mix_uniform wins the even tasks at turn 3 and
+    loses the odd ones; the two play the same actions on task 1 only."""
+    out = []
+    for agent in ("fixed_generous@s0", "mix_uniform@s0", "random", "oracle"):
+        for task in range(4):
+            for sample in range(2):
+                if agent.startswith("fixed_generous"):
+                    fs = 5
+                elif agent.startswith("mix_uniform"):
+                    fs = 3 if task % 2 == 0 else None
+                elif agent == "oracle":
+                    fs = 2
+                else:
+                    fs = None
+                r = _episode(agent, task, sample, fs)
+                same = task == 1 and agent.split("@")[0] in ("fixed_generous", "mix_uniform")
+                r["actions"] = ["look"] if same else [agent] * r["turns"]
+                out.append(r)
+    return out
+
+
+def test_pair_summary_reads_the_comparison(tmp_path):
+    fam = study.Family(
+        name="tooluse",
+        env_id="BudgetMix/ToolUse-v0",
+        train_kwargs={"level": 1, "world_seed": 0},
+        eval_kwargs={"level": 1, "world_seed": 1},
+        tight=3,
+        generous=6,
+        eval_budgets=[2, 3, 6, 8],
+        max_actions=256,
+        warm_start_episodes=1,
+        eval_tasks=4,
+        eval_samples=2,
+    )
+    spec = study.StudySpec(
+        families=[fam],
+        arms=["fixed_generous", "mix_uniform"],
+        visibilities=["hidden"],
+        seeds=[0],
+        n_boot=200,
+        references={"oracle": "oracle"},
+    )
+    out = tmp_path / "run"
+    raw = tmp_path / "records.jsonl"
+    raw.write_text("".join(json.dumps(r) + "\n" for r in _pair_records()))
+    study._compress(raw, out / "records" / "tooluse__hidden__s0.jsonl.gz")
+    with pytest.raises(FileNotFoundError, match="no comparison"):
+        study.pair_summary(spec, out)
+    study.compare_stage(spec, out, figures=False)
+
+    pair = study.pair_summary(spec, out)
+    assert (pair.arm_a, pair.arm_b) == ("fixed_generous", "mix_uniform")
+    assert pair.agents == ["fixed_generous", "mix_uniform", "random", "oracle"]
+    assert pair.ks == [1, 2] and pair.ts == [2, 3, 6, 8] and pair.units == 4
+    assert pair.pass_at["fixed_generous"][1] == [0.0, 0.0, 1.0, 1.0]
+    assert pair.pass_at["mix_uniform"][1] == [0.0, 0.5, 0.5, 0.5]
+    assert pair.pass_at["oracle"][2] == [1.0, 1.0, 1.0, 1.0]
+    # B - A from compare's difference.csv: +0.5 at T=3, -0.5 from T=6 on, 0 at T=2
+    assert [d for d, _, _ in pair.diff[1]] == [0.0, 0.5, -0.5, -0.5]
+    low, high = pair.diff[1][2][1:]
+    assert low <= -0.5 <= high and low < high
+    assert pair.same_play == (2, 8)  # task 1, both samples
+    assert pair.figures == [] and pair.training == {}
+    assert pair.compare_dir == out / "compare" / "tooluse__hidden__mix_uniform_vs_fixed_generous"
+    with pytest.raises(ValueError, match="need two arms"):
+        study.pair_summary(spec, out, arm_b="fixed_generous")
+
+
+_DEMO = """
+import sys
+sys.path.insert(0, {tests!r})
+from contract_helpers import register_toy, TOY_ID
+register_toy()
+from budget_envs import cli
+sys.exit(cli.main(["demo", "--env", TOY_ID, "--out", {out!r}, "--tasks", "2", "--samples", "1",
+                   "--probe-states", "1", "--fault-turns", "1", "--workers", "1", "--quiet",
+                   "--train-sizes", {sizes!r}]))
+"""
+
+
+def _demo(out: Path, sizes: dict) -> subprocess.CompletedProcess:
+    code = _DEMO.format(tests=str(ROOT / "tests"), out=str(out), sizes=json.dumps(sizes))
+    env = dict(os.environ, OMP_NUM_THREADS="1", RAY_DEDUP_LOGS="0")
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env
+    )
+
+
+def _table(text: str, title: str) -> list[list[str]]:
+    """The rows of the printed table under the line starting with ``title``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    rows = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    return rows
+
+
+def test_demo_trains_the_pair_and_prints_its_difference(tmp_path):
+    pytest.importorskip("ray.rllib", reason='the trained pair uses RLlib: "budget-envs[rllib]"')
+    pytest.importorskip("matplotlib", reason='the demo draws figures: "budget-envs[plots]"')
+    sizes = {
+        "warm_start_episodes": 20,
+        "warm_start_epochs": 1,
+        "iterations": 1,
+        "batch_size": 32,
+        "eval_tasks": 3,
+        "eval_samples": 2,
+        "probe_states": 1,
+        "fault_turns": [1],
+    }
+    out = tmp_path / "demo"
+    proc = _demo(out, sizes)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    text = proc.stdout
+    spec = study.demo_spec(**sizes)
+    (fam,) = spec.families
+    assert "## Trained pair on BudgetMix/ToolUse-v0: mix_uniform (training T 3..12)" in text
+    assert "One oracle episode on" in text  # the reference part ran first
+    agents = ["fixed_generous", "mix_uniform", "random", "oracle", "oracle-eps0.3"]
+    diff_csv = out / "trained" / "compare" / "tooluse__hidden__mix_uniform_vs_fixed_generous"
+    with open(diff_csv / "difference.csv", newline="") as fh:
+        written = {(int(r["K"]), int(r["T"])): r for r in csv.DictReader(fh)}
+    for k in (1, fam.eval_samples):
+        rows = _table(text, f"Pass@({k},T) on {fam.eval_tasks} unseen tasks")
+        assert rows[0] == ["T", *agents, "B - A"]
+        body = rows[2:]
+        assert [int(r[0]) for r in body] == sorted(fam.eval_budgets)
+        for r in body:
+            t, cells = int(r[0]), dict(zip(agents, map(float, r[1:6])))
+            assert all(0.0 <= v <= 1.0 for v in cells.values())
+            # the printed difference is compare's, and it is B - A of the printed columns
+            d, interval = r[6].split(" ", 1)
+            assert float(d) == pytest.approx(float(written[k, t]["diff"]), abs=5e-4)
+            assert float(d) == pytest.approx(
+                cells["mix_uniform"] - cells["fixed_generous"], abs=2e-3
+            )
+            lo, hi = (float(x) for x in interval.strip("[]").split(","))
+            assert lo <= float(d) <= hi
+        assert float(body[-1][4]) == 1.0  # the oracle wins every level-1 task within T=14
+    assert "paired episodes" in text
+    same = text.split("played the same actions in ")[1].split(" paired")[0]
+    assert same.split(" of ")[1] == str(fam.eval_tasks * fam.eval_samples)
+
+    # the policies the pair trained, its records, comparison and figures
+    root = out / "trained" / "policies" / "tooluse" / "hidden" / "s0"
+    for arm in spec.arms:
+        meta = json.loads((root / arm / "policy.json").read_text())
+        assert meta["budget"] == study.arm_budget(arm, fam.tight, fam.generous)
+        assert meta["warm_start"]["episodes"] == fam.warm_start_episodes
+        assert len((root / arm / "metrics.csv").read_text().splitlines()) == 1 + fam.iterations
+    (records,) = (out / "trained" / "records").glob("*.jsonl.gz")
+    with gzip.open(records, "rt") as fh:
+        seen = {json.loads(line)["agent"] for line in fh}
+    assert seen == {"fixed_generous@s0", "mix_uniform@s0", "random", "oracle", "oracle-eps0.3"}
+    heatmap = diff_csv / "ToolUse_v0_difference.png"
+    pass1 = out / "trained" / "img" / "study" / "pass1_tooluse_hidden.png"
+    assert heatmap.is_file() and pass1.is_file()
+    assert str(heatmap) in text and str(pass1) in text
+
+    # a second demo reuses the policies and episodes: nothing is trained again
+    stamps = {p: p.stat().st_mtime_ns for p in root.rglob("metrics.csv")}
+    again = _demo(out, sizes)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "reused the finished policies and episodes" in again.stdout
+    assert {p: p.stat().st_mtime_ns for p in root.rglob("metrics.csv")} == stamps
+    for k in (1, fam.eval_samples):
+        title = f"Pass@({k},T) on {fam.eval_tasks} unseen tasks"
+        assert _table(again.stdout, title) == _table(text, title)
+
+
+def test_the_demo_and_the_study_import_no_trainer():
+    code = (
+        "import sys, budget_envs.cli, budget_envs.study\n"
+        "budget_envs.study.demo_spec()\n"
+        "heavy = [m for m in ('ray', 'torch', 'matplotlib') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
