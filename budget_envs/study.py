@@ -363,6 +363,9 @@ def train_stage(
         for vis in spec.visibilities
         for seed in spec.seeds
         for arm in spec.arms
+        # finished evals (committed records) need no policies: a clone of the study folder,
+        # which has no policies/, does not train them again
+        if not _records_path(out, fam, vis, seed).exists()
     ]
     done = 0
     policies = []

@@ -501,3 +501,14 @@ def test_the_demo_and_the_study_import_no_trainer():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_train_stage_skips_what_committed_records_cover(tmp_path):
+    # a clone of a study folder has records/ but no policies/: nothing is trained again
+    spec = study.quick_spec()
+    (fam,) = spec.families
+    target = tmp_path / "records" / f"{fam.name}__hidden__s0.jsonl.gz"
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"")
+    assert study.train_stage(spec, tmp_path) == []
+    assert not (tmp_path / "policies").exists()
