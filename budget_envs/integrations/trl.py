@@ -307,6 +307,15 @@ class HFTurnGenerator:
     position ids count only unmasked tokens, so every row sees exactly its own sequence. Rows
     of episodes that ended are dropped from the cache. A cache that is not a plain
     ``DynamicCache`` (sliding window, static, quantized) is not reused.
+
+    For a decoder whose layers all attend to the full context (SDPA or eager attention, no
+    beams, no configured cache kind), the ``generate`` call runs :meth:`_decode` as its
+    decoding loop: HF's logits processors and stopping criteria, sampling by inverse CDF
+    (:func:`_sample_rows`), over a cache whose preallocated buffers are written in place and a
+    preallocated mask of which one column is set per step. On a small model HF's own loop
+    spends most of a step rebuilding the mask and concatenating the cache, so a batch-8 step
+    cost about twice a batch-1 step; in this loop it costs little more. Other models keep HF's
+    loop (:func:`_lean_decoding_fits` decides).
     """
 
     def __init__(
@@ -384,6 +393,7 @@ class HFTurnGenerator:
             if lean:
                 if rows != list(range(len(self._kv_rows))):
                     self._slots.select(index.to(device))
+                head_ids, head_mask = self._repack(head_ids, head_mask, device)
             else:
                 cache = self._kv
                 cache.batch_select_indices(index.to(device))
@@ -431,6 +441,23 @@ class HFTurnGenerator:
         elif self.reuse_cache:
             self._keep(out, contexts, replies, mask, total, new.shape[1])
         return replies, reply_logps
+
+    def _repack(self, head_ids: Any, head_mask: Any, device: Any) -> tuple[Any, Any]:
+        """Drop the cached columns no row owns any more: each row's own columns, in order,
+        right-aligned in the fewest columns (keys keep their rotary positions, and attention
+        does not depend on the order of the keys it sees)."""
+        import torch
+
+        counts = head_mask.sum(dim=1)
+        width = int(counts.max()) if counts.numel() else 0
+        if width == head_mask.shape[1]:
+            return head_ids, head_mask
+        total = head_mask.shape[1]
+        # A row's other columns first, then its own in order; keep the last ``width``.
+        key = head_mask * total + torch.arange(total)
+        order = key.argsort(dim=1, stable=True)[:, total - width :]
+        self._slots.gather(order.to(device))
+        return head_ids.gather(1, order), head_mask.gather(1, order)
 
     def _decode(
         self,
@@ -684,6 +711,19 @@ def _slot_cache() -> Any:
 
         def reserve(self, columns: int) -> None:
             self.capacity = max(self.capacity, int(columns))
+
+        def gather(self, columns: Any) -> None:
+            """Keep, per row, the given cached columns (rows x width), in that order."""
+            for layer in self.layers:
+                if layer.keys is None:
+                    continue
+                for name in ("keys", "values"):
+                    buf = getattr(layer, name)
+                    rows, heads, _, dim = buf.shape
+                    index = columns[:, None, :, None].expand(rows, heads, columns.shape[1], dim)
+                    kept = buf[:, :, : layer.length].gather(2, index)
+                    buf[:, :, : columns.shape[1]] = kept
+                layer.length = columns.shape[1]
 
         def select(self, index: Any) -> None:
             for layer in self.layers:
