@@ -472,9 +472,13 @@ class HFTurnGenerator:
         HF's logits processors and stopping criteria, over a cache written in place.
 
         The new segment (every row's tail, left-padded) is run once with a mask built here; then
-        each step feeds one token per row with a view of a preallocated additive mask (one column
-        set per step) and the rows' position ids, so no step rebuilds a mask or copies the cache.
-        A row's tokens after its reply ended are masked out for every later query.
+        each step feeds one token per live row with a view of a preallocated additive mask (one
+        column set per step) and the rows' position ids, so no step rebuilds a mask or copies the
+        cache. A row whose reply ended is fed its last token once (its keys and values belong to
+        the next turn's context) and then leaves the batch: the rows still decoding are kept
+        first in the cache's buffers (a finished row swaps places with a live one), and each step
+        runs the model on them alone. Its columns after the reply are masked out for every later
+        query. At the end the rows are put back in the call's order.
         """
         import torch
         from transformers.generation.utils import GenerateDecoderOnlyOutput
@@ -488,7 +492,10 @@ class HFTurnGenerator:
         dtype = next(model.parameters()).dtype
         low = torch.finfo(dtype).min
         device = input_ids.device
-        seq = torch.empty((rows, total + steps), dtype=torch.long, device=device)
+        # After a reply ends its row holds generate's padding token, as in HF's own loop.
+        pad = generation_config._pad_token_tensor
+        fill = self.pad_token_id if pad is None else int(pad)
+        seq = torch.full((rows, total + steps), fill, dtype=torch.long, device=device)
         seq[:, :total] = input_ids
         bias = torch.full((rows, total + steps), low, dtype=dtype, device=device)
         bias[:, :total].masked_fill_(valid, 0.0)
@@ -511,38 +518,63 @@ class HFTurnGenerator:
             **{cache_name: slots},
         )
         position = valid.long().sum(dim=1, keepdim=True)
-        pad = generation_config._pad_token_tensor
-        has_eos = any(hasattr(c, "eos_token_id") for c in stopping_criteria)
-        unfinished = torch.ones(rows, dtype=torch.long, device=device)
-        raw: list[Any] = []
+        # Physical row i of every buffer below (and of the cache) holds the call's row order[i];
+        # rows [0, fed) were fed by the last forward pass, and ended[i] says row i's reply ended.
+        order = torch.arange(rows, device=device)
+        ended = torch.zeros(rows, dtype=torch.bool, device=device)
+        fed = rows
+        raw: list[tuple[Any, Any]] = []
         cur = total
         while True:
-            logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)
-            raw.append(logits)
-            scores = logits_processor(seq[:, :cur], logits)
+            logits = out.logits[:, -1]
+            n = fed
+            if bool(ended[:fed].any()):
+                n = int((~ended[:fed]).sum())
+                gone = ended[:n].nonzero().squeeze(1)  # ended rows in the live part
+                back = (~ended[n:fed]).nonzero().squeeze(1) + n  # live rows behind it
+                moved = torch.cat([gone, back])
+                source = torch.cat([back, gone])
+                for buf in (seq, bias, position, order, ended):
+                    buf[moved] = buf[source]
+                slots.move_rows(moved, source)
+                logits = logits.clone()
+                logits[moved] = logits[source]
+                logits = logits[:n]
+            logits = logits.to(copy=True, dtype=torch.float32)
+            raw.append((order[:n].clone(), logits))
+            scores = logits_processor(seq[:n, :cur], logits)
             if generation_config.do_sample:
                 token = _sample_rows(torch.softmax(scores, dim=-1))
             else:
                 token = torch.argmax(scores, dim=-1)
-            if has_eos and pad is not None:
-                token = token * unfinished + pad.to(device) * (1 - unfinished)
-            seq[:, cur] = token
-            live = unfinished.bool()
+            seq[:n, cur] = token
             cur += 1
-            unfinished = unfinished & ~stopping_criteria(seq[:, :cur], None).long()
-            if not bool(unfinished.any()):
+            stop = stopping_criteria(seq[:n, :cur], None)
+            if bool(stop.all()):
                 break
-            bias[:, cur - 1].masked_fill_(live, 0.0)
+            ended[:n] = stop
+            bias[:n, cur - 1] = 0.0
             out = model(
                 input_ids=token[:, None],
-                attention_mask=bias[:, None, None, :cur],
-                position_ids=position,
+                attention_mask=bias[:n, None, None, :cur],
+                position_ids=position[:n],
                 use_cache=True,
                 **{cache_name: slots},
             )
-            position = position + 1
+            position[:n] += 1
+            fed = n
+        if not bool((order == torch.arange(rows, device=device)).all()):
+            back_to_call = order.argsort()
+            seq, bias = seq[back_to_call], bias[back_to_call]
+            slots.select(back_to_call)
         self._layout = bias[:, : cur - 1] == 0
-        return GenerateDecoderOnlyOutput(sequences=seq[:, :cur], logits=tuple(raw))
+        vocab = raw[0][1].shape[-1]
+        step_logits = []
+        for rows_of_step, step in raw:
+            full = step.new_zeros((rows, vocab))
+            full[rows_of_step] = step
+            step_logits.append(full)
+        return GenerateDecoderOnlyOutput(sequences=seq[:, :cur], logits=tuple(step_logits))
 
     def _keep_slots(
         self, out: Any, contexts: Sequence[Sequence[int]], replies: list[list[int]]
@@ -674,8 +706,9 @@ def _slot_cache() -> Any:
             need = self.owner.capacity
             if buf is not None and buf.shape[2] >= need:
                 return buf
-            rows, heads, _, dim = like.shape
-            grown = torch.empty((rows, heads, need, dim), dtype=like.dtype, device=like.device)
+            rows, heads, _, dim = like.shape if buf is None else buf.shape
+            # Zeros, not empty: columns a row never wrote are masked out, and must be finite.
+            grown = torch.zeros((rows, heads, need, dim), dtype=like.dtype, device=like.device)
             if buf is not None:
                 grown[:, :, : self.length] = buf[:, :, : self.length]
             return grown
@@ -686,10 +719,11 @@ def _slot_cache() -> Any:
             self.keys = self._room(self.keys, key_states)
             self.values = self._room(self.values, value_states)
             end = self.length + key_states.shape[-2]
-            self.keys[:, :, self.length : end] = key_states
-            self.values[:, :, self.length : end] = value_states
+            fed = key_states.shape[0]  # the first rows: the rows still decoding
+            self.keys[:fed, :, self.length : end] = key_states
+            self.values[:fed, :, self.length : end] = value_states
             self.length = end
-            return self.keys[:, :, :end], self.values[:, :, :end]
+            return self.keys[:fed, :, :end], self.values[:fed, :, :end]
 
         def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
             return self.length + query_length, 0
@@ -724,6 +758,13 @@ def _slot_cache() -> Any:
                     kept = buf[:, :, : layer.length].gather(2, index)
                     buf[:, :, : columns.shape[1]] = kept
                 layer.length = columns.shape[1]
+
+        def move_rows(self, rows: Any, sources: Any) -> None:
+            """Row ``rows[i]`` of every buffer takes the contents of row ``sources[i]``."""
+            for layer in self.layers:
+                if layer.keys is not None:
+                    layer.keys[rows] = layer.keys[sources]
+                    layer.values[rows] = layer.values[sources]
 
         def select(self, index: Any) -> None:
             for layer in self.layers:
