@@ -341,7 +341,8 @@ def test_rollout_is_token_exact_against_the_generator(toy_policy, tmp_path, monk
     tok, model = toy_policy
     rollout = BudgetMixRollout(TOY, budget=(3, 8), seed=1, max_turn_tokens=8)
     trainer = _trainer(tok, model, tmp_path, rollout)
-    eos = tok.eos_token_id
+    eos = set(trainer.eos_token_ids)  # every id that ends a reply (the template's end too)
+    assert tok.eos_token_id in eos
     calls = []
     real_generate = model.generate
 
@@ -373,8 +374,13 @@ def test_rollout_is_token_exact_against_the_generator(toy_policy, tmp_path, monk
         live = [e for e in episodes if len(e.replies) > c]
         assert len(sampled) == len(live)
         for row, ep in zip(sampled, live):
-            cut = row.index(eos) + 1 if eos in row else len(row)
-            assert ep.replies[c] == row[:cut]
+            cut = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
+            reply = ep.replies[c]
+            if c == len(ep.replies) - 1 and ep.stop_reason == "max_completion_length":
+                # The reply that filled the completion is clipped to the room it had left.
+                assert 0 < len(reply) <= cut and reply == row[: len(reply)]
+            else:
+                assert reply == row[:cut]
     saw_env = False
     for i, ep in enumerate(episodes):
         ids, mask, logps = out["completion_ids"][i], out["env_mask"][i], out["logprobs"][i]

@@ -307,6 +307,15 @@ class HFTurnGenerator:
     position ids count only unmasked tokens, so every row sees exactly its own sequence. Rows
     of episodes that ended are dropped from the cache. A cache that is not a plain
     ``DynamicCache`` (sliding window, static, quantized) is not reused.
+
+    For a decoder whose layers all attend to the full context (SDPA or eager attention, no
+    beams, no configured cache kind), the ``generate`` call runs :meth:`_decode` as its
+    decoding loop: HF's logits processors and stopping criteria, sampling by inverse CDF
+    (:func:`_sample_rows`), over a cache whose preallocated buffers are written in place and a
+    preallocated mask of which one column is set per step. On a small model HF's own loop
+    spends most of a step rebuilding the mask and concatenating the cache, so a batch-8 step
+    cost about twice a batch-1 step; in this loop it costs little more. Other models keep HF's
+    loop (:func:`_lean_decoding_fits` decides).
     """
 
     def __init__(
@@ -330,6 +339,11 @@ class HFTurnGenerator:
             and generation_config.use_cache is not False
             and getattr(generation_config, "cache_implementation", None) is None
         )
+        #: Decode with :meth:`_decode` (a cache written in place) instead of HF's loop; models
+        #: it cannot serve exactly (see :func:`_lean_decoding_fits`) use HF's own loop.
+        self.lean = _lean_decoding_fits(model, generation_config)
+        self._slots: Any = None
+        self._layout: Any = None
         self.calls = 0
         self.reused = 0  # calls that extended the previous call's cache
         self._kv: Any = None  # the cache of the last call
@@ -363,18 +377,26 @@ class HFTurnGenerator:
         self.calls += 1
         device = next(self.model.parameters()).device
         rows = self._match(contexts) if self.reuse_cache else None
+        lean = self.lean
         cache = None
         if rows is None:
             done = [[] for _ in contexts]
             head_ids = torch.zeros((len(contexts), 0), dtype=torch.long)
             head_mask = torch.zeros((len(contexts), 0), dtype=torch.long)
+            if lean:
+                self._slots = _slot_cache()
         else:
             self.reused += 1
             index = torch.tensor(rows, dtype=torch.long)
-            cache = self._kv
-            cache.batch_select_indices(index.to(device))
             done = [self._kv_rows[r] for r in rows]
             head_ids, head_mask = self._kv_ids[index], self._kv_mask[index]
+            if lean:
+                if rows != list(range(len(self._kv_rows))):
+                    self._slots.select(index.to(device))
+                head_ids, head_mask = self._repack(head_ids, head_mask, device)
+            else:
+                cache = self._kv
+                cache.batch_select_indices(index.to(device))
         self._kv = None  # consumed; set again below when the new cache is usable
         tails = [list(ctx[len(d) :]) for ctx, d in zip(contexts, done)]
         width = max(len(t) for t in tails)
@@ -391,7 +413,11 @@ class HFTurnGenerator:
         config.output_logits = True
         config.return_dict_in_generate = True
         cache_name = _generation_names()[0]
-        kwargs = {} if cache is None else {cache_name: cache}
+        if lean:
+            self._layout = mask.to(device)
+            kwargs: dict[str, Any] = {"custom_generate": self._decode}
+        else:
+            kwargs = {} if cache is None else {cache_name: cache}
         with torch.no_grad():
             out = self.model.generate(
                 input_ids=ids.to(device),
@@ -410,9 +436,156 @@ class HFTurnGenerator:
             cut = next((i + 1 for i, t in enumerate(seq) if t in self.eos_token_ids), len(seq))
             replies.append(seq[:cut])
             reply_logps.append(chosen[row, :cut].tolist())
-        if self.reuse_cache:
+        if lean:
+            self._keep_slots(out, contexts, replies)
+        elif self.reuse_cache:
             self._keep(out, contexts, replies, mask, total, new.shape[1])
         return replies, reply_logps
+
+    def _repack(self, head_ids: Any, head_mask: Any, device: Any) -> tuple[Any, Any]:
+        """Drop the cached columns no row owns any more: each row's own columns, in order,
+        right-aligned in the fewest columns (keys keep their rotary positions, and attention
+        does not depend on the order of the keys it sees)."""
+        import torch
+
+        counts = head_mask.sum(dim=1)
+        width = int(counts.max()) if counts.numel() else 0
+        if width == head_mask.shape[1]:
+            return head_ids, head_mask
+        total = head_mask.shape[1]
+        # A row's other columns first, then its own in order; keep the last ``width``.
+        key = head_mask * total + torch.arange(total)
+        order = key.argsort(dim=1, stable=True)[:, total - width :]
+        self._slots.gather(order.to(device))
+        return head_ids.gather(1, order), head_mask.gather(1, order)
+
+    def _decode(
+        self,
+        model: Any,
+        input_ids: Any,
+        logits_processor: Any,
+        stopping_criteria: Any,
+        generation_config: Any,
+        **_: Any,
+    ) -> Any:
+        """The decoding loop ``generate`` runs (its ``custom_generate``): HF's sampling step with
+        HF's logits processors and stopping criteria, over a cache written in place.
+
+        The new segment (every row's tail, left-padded) is run once with a mask built here; then
+        each step feeds one token per live row with a view of a preallocated additive mask (one
+        column set per step) and the rows' position ids, so no step rebuilds a mask or copies the
+        cache. A row whose reply ended is fed its last token once (its keys and values belong to
+        the next turn's context) and then leaves the batch: the rows still decoding are kept
+        first in the cache's buffers (a finished row swaps places with a live one), and each step
+        runs the model on them alone. Its columns after the reply are masked out for every later
+        query. At the end the rows are put back in the call's order.
+        """
+        import torch
+        from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+        slots, valid = self._slots, self._layout.bool()
+        rows, total = input_ids.shape
+        start = slots.length
+        width = total - start
+        steps = int(generation_config.max_new_tokens)
+        slots.reserve(total + steps)
+        dtype = next(model.parameters()).dtype
+        low = torch.finfo(dtype).min
+        device = input_ids.device
+        # After a reply ends its row holds generate's padding token, as in HF's own loop.
+        pad = generation_config._pad_token_tensor
+        fill = self.pad_token_id if pad is None else int(pad)
+        seq = torch.full((rows, total + steps), fill, dtype=torch.long, device=device)
+        seq[:, :total] = input_ids
+        bias = torch.full((rows, total + steps), low, dtype=dtype, device=device)
+        bias[:, :total].masked_fill_(valid, 0.0)
+        # The segment: causal within it, every cached column of the row before it; a padding
+        # query sees itself, so no row of the mask is empty.
+        allowed = valid[:, None, :].expand(rows, width, total).clone()
+        allowed[:, :, start:] &= torch.ones((width, width), dtype=torch.bool, device=device).tril()
+        diag = torch.arange(width, device=device)
+        allowed[:, diag, start + diag] = True
+        seg_bias = torch.zeros(allowed.shape, dtype=dtype, device=device)
+        seg_bias.masked_fill_(~allowed, low)
+        positions = (valid.long().cumsum(dim=1) - 1).clamp(min=0)
+        cache_name = _generation_names()[0]
+        out = model(
+            input_ids=input_ids[:, start:],
+            attention_mask=seg_bias[:, None],
+            position_ids=positions[:, start:],
+            use_cache=True,
+            logits_to_keep=1,
+            **{cache_name: slots},
+        )
+        position = valid.long().sum(dim=1, keepdim=True)
+        # Physical row i of every buffer below (and of the cache) holds the call's row order[i];
+        # rows [0, fed) were fed by the last forward pass, and ended[i] says row i's reply ended.
+        order = torch.arange(rows, device=device)
+        ended = torch.zeros(rows, dtype=torch.bool, device=device)
+        fed = rows
+        raw: list[tuple[Any, Any]] = []
+        cur = total
+        while True:
+            logits = out.logits[:, -1]
+            n = fed
+            if bool(ended[:fed].any()):
+                n = int((~ended[:fed]).sum())
+                gone = ended[:n].nonzero().squeeze(1)  # ended rows in the live part
+                back = (~ended[n:fed]).nonzero().squeeze(1) + n  # live rows behind it
+                moved = torch.cat([gone, back])
+                source = torch.cat([back, gone])
+                for buf in (seq, bias, position, order, ended):
+                    buf[moved] = buf[source]
+                slots.move_rows(moved, source)
+                logits = logits.clone()
+                logits[moved] = logits[source]
+                logits = logits[:n]
+            logits = logits.to(copy=True, dtype=torch.float32)
+            raw.append((order[:n].clone(), logits))
+            scores = logits_processor(seq[:n, :cur], logits)
+            if generation_config.do_sample:
+                token = _sample_rows(torch.softmax(scores, dim=-1))
+            else:
+                token = torch.argmax(scores, dim=-1)
+            seq[:n, cur] = token
+            cur += 1
+            stop = stopping_criteria(seq[:n, :cur], None)
+            if bool(stop.all()):
+                break
+            ended[:n] = stop
+            bias[:n, cur - 1] = 0.0
+            out = model(
+                input_ids=token[:, None],
+                attention_mask=bias[:n, None, None, :cur],
+                position_ids=position[:n],
+                use_cache=True,
+                **{cache_name: slots},
+            )
+            position[:n] += 1
+            fed = n
+        if not bool((order == torch.arange(rows, device=device)).all()):
+            back_to_call = order.argsort()
+            seq, bias = seq[back_to_call], bias[back_to_call]
+            slots.select(back_to_call)
+        self._layout = bias[:, : cur - 1] == 0
+        vocab = raw[0][1].shape[-1]
+        step_logits = []
+        for rows_of_step, step in raw:
+            full = step.new_zeros((rows, vocab))
+            full[rows_of_step] = step
+            step_logits.append(full)
+        return GenerateDecoderOnlyOutput(sequences=seq[:, :cur], logits=tuple(step_logits))
+
+    def _keep_slots(
+        self, out: Any, contexts: Sequence[Sequence[int]], replies: list[list[int]]
+    ) -> None:
+        """After a lean call: the ids laid out as cached, which of them each row owns."""
+        cached = self._slots.length
+        self._kv = self._slots if self.reuse_cache else None
+        self._kv_ids = out.sequences[:, :cached].cpu()
+        self._kv_mask = self._layout.long().cpu()
+        grown = len(out.logits) - 1  # the last sampled token was never fed
+        self._kv_rows = [list(ctx) + reply[:grown] for ctx, reply in zip(contexts, replies)]
 
     def _keep(
         self,
@@ -438,6 +611,168 @@ class HFTurnGenerator:
         self._kv_ids = out.sequences[:, :cached].cpu()
         self._kv_mask = torch.cat([mask, grown], dim=1)
         self._kv_rows = [list(ctx) + reply[: steps - 1] for ctx, reply in zip(contexts, replies)]
+
+
+def _sample_rows(probs: Any) -> Any:
+    """One token per row drawn from ``probs`` (rows of a distribution), by inverse CDF.
+
+    The same distribution as ``torch.multinomial(probs, 1)`` from one uniform draw per row of
+    torch's seeded generator; ``multinomial`` runs an exponential race over the whole
+    vocabulary, which at batch 8 costs more than the tiny model's forward pass. A token of
+    probability 0 (filtered out by top-k, top-p or min-p) is never drawn: the draw stays
+    strictly below the total mass, and the first index whose cumulative mass exceeds it has
+    mass of its own.
+    """
+    import torch
+
+    cdf = probs.cumsum(dim=-1)
+    top = cdf[:, -1:]
+    draw = torch.rand(top.shape, dtype=cdf.dtype, device=cdf.device) * top
+    draw = torch.minimum(draw, torch.nextafter(top, torch.zeros_like(top)))
+    return torch.searchsorted(cdf, draw, right=True).squeeze(1)
+
+
+def _lean_decoding_fits(model: Any, generation_config: Any) -> bool:
+    """Whether :meth:`HFTurnGenerator._decode` computes exactly what HF's sampling loop would.
+
+    It needs a decoder-only model whose every layer attends to the full context (no sliding
+    window), with SDPA or eager attention (both take an additive 4D mask as given), plain
+    sampling or greedy search (one sequence per row, no beams, no assistant model), no cache
+    kind or compilation configured by the user, and a ``generate`` that takes a decoding
+    function (``custom_generate``) and the cache as ``cache``.
+    """
+    import inspect
+
+    try:
+        from transformers.generation.utils import GenerationMixin
+    except ImportError:  # pragma: no cover - transformers is required by the extra
+        return False
+    if "custom_generate" not in inspect.signature(GenerationMixin.generate).parameters:
+        return False
+    if _generation_names()[0] != "cache":
+        return False
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "is_encoder_decoder", False):
+        return False
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if getattr(text, "_attn_implementation", None) not in ("sdpa", "eager"):
+        return False
+    layer_types = getattr(text, "layer_types", None)
+    if layer_types is not None:
+        if any(t != "full_attention" for t in layer_types):
+            return False
+    elif getattr(text, "sliding_window", None) is not None and getattr(
+        text, "use_sliding_window", True
+    ):
+        return False
+    g = generation_config
+    return (
+        g.use_cache is not False
+        and getattr(g, "cache_implementation", None) is None
+        and getattr(g, "compile_config", None) is None
+        and (g.num_beams or 1) == 1
+        and (g.num_return_sequences or 1) == 1
+        and getattr(g, "assistant_early_exit", None) is None
+        and getattr(g, "prompt_lookup_num_tokens", None) is None
+    )
+
+
+def _slot_cache() -> Any:
+    """A transformers ``Cache`` whose layers keep keys and values in preallocated buffers.
+
+    ``reserve(n)`` makes room for ``n`` columns (growing by copy, at most once per call);
+    ``update`` writes the new columns in place and returns views of the used ones; ``select``
+    keeps the given rows. Every layer holds the same columns, so ``length`` is the cache's.
+    """
+    from transformers.cache_utils import Cache, CacheLayerMixin
+
+    class SlotLayer(CacheLayerMixin):
+        is_sliding = False
+        is_compileable = False
+        is_croppable = False
+
+        def __init__(self, owner: Any) -> None:
+            super().__init__()
+            self.owner = owner
+            self.length = 0
+
+        def lazy_initialization(self, key_states: Any, value_states: Any) -> None:
+            self.device = key_states.device
+            self.is_initialized = True
+
+        def _room(self, buf: Any, like: Any) -> Any:
+            import torch
+
+            need = self.owner.capacity
+            if buf is not None and buf.shape[2] >= need:
+                return buf
+            rows, heads, _, dim = like.shape if buf is None else buf.shape
+            # Zeros, not empty: columns a row never wrote are masked out, and must be finite.
+            grown = torch.zeros((rows, heads, need, dim), dtype=like.dtype, device=like.device)
+            if buf is not None:
+                grown[:, :, : self.length] = buf[:, :, : self.length]
+            return grown
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            self.keys = self._room(self.keys, key_states)
+            self.values = self._room(self.values, value_states)
+            end = self.length + key_states.shape[-2]
+            fed = key_states.shape[0]  # the first rows: the rows still decoding
+            self.keys[:fed, :, self.length : end] = key_states
+            self.values[:fed, :, self.length : end] = value_states
+            self.length = end
+            return self.keys[:fed, :, :end], self.values[:fed, :, :end]
+
+        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+            return self.length + query_length, 0
+
+        def get_seq_length(self) -> int:
+            return self.length
+
+        def get_max_length(self) -> int:
+            return -1
+
+    class SlotCache(Cache):
+        def __init__(self) -> None:
+            self.capacity = 0
+            super().__init__(layer_class_to_replicate=lambda: SlotLayer(self))
+
+        @property
+        def length(self) -> int:
+            return self.layers[0].length if self.layers else 0
+
+        def reserve(self, columns: int) -> None:
+            self.capacity = max(self.capacity, int(columns))
+
+        def gather(self, columns: Any) -> None:
+            """Keep, per row, the given cached columns (rows x width), in that order."""
+            for layer in self.layers:
+                if layer.keys is None:
+                    continue
+                for name in ("keys", "values"):
+                    buf = getattr(layer, name)
+                    rows, heads, _, dim = buf.shape
+                    index = columns[:, None, :, None].expand(rows, heads, columns.shape[1], dim)
+                    kept = buf[:, :, : layer.length].gather(2, index)
+                    buf[:, :, : columns.shape[1]] = kept
+                layer.length = columns.shape[1]
+
+        def move_rows(self, rows: Any, sources: Any) -> None:
+            """Row ``rows[i]`` of every buffer takes the contents of row ``sources[i]``."""
+            for layer in self.layers:
+                if layer.keys is not None:
+                    layer.keys[rows] = layer.keys[sources]
+                    layer.values[rows] = layer.values[sources]
+
+        def select(self, index: Any) -> None:
+            for layer in self.layers:
+                if layer.keys is not None:
+                    layer.keys = layer.keys.index_select(0, index)
+                    layer.values = layer.values.index_select(0, index)
+
+    return SlotCache()
 
 
 def _generation_names() -> tuple[str, str]:
