@@ -13,6 +13,11 @@ the server builds, measured in this run; echo: 0), p50 and p99, and steps per se
 stepping phase. The machine may be shared: echo and ToolUse alternate in ``ROUNDS`` rounds per
 c, and the report gives every round and the medians over rounds (ratios: the median of the
 rounds' ratios). Goal: ToolUse's overhead <= 1.5x the echo's at every c; p50 <= 1 ms at c=1.
+
+Beside it, ``step us``: the session's step call (the env's step and its answer built) as the
+server itself times it (``/sessions``' ``env_calls``), against the env's step in a hot loop in
+process (the figure subtracted above): between two steps of a session the server runs other
+messages, so the step runs with cold caches.
 """
 
 from __future__ import annotations
@@ -73,6 +78,11 @@ class Echo(Environment):
         return State()
 
 app = FastAPI()
+
+@app.get("/sessions")
+def sessions():
+    return {"env_calls": LANE.stats()}
+
 HTTPEnvServer(Echo, EchoAction, EchoObservation,
               concurrency_config=ConcurrencyConfig(max_concurrent_envs=%(max)d,
                                                    session_timeout=DEFAULT_IDLE_TIMEOUT)
@@ -180,6 +190,7 @@ async def _load(make_client, url, sessions, steps, action_for, reset):
 
 
 RESULTS: dict[int, list[dict[str, dict]]] = {}
+IN_PROCESS_US = [float("nan")]  # the in-process step, for the report
 
 
 @pytest.fixture(scope="module")
@@ -200,6 +211,7 @@ def in_process_step():
         env.step(action)
         times.append(time.perf_counter() - t0)
     env.close()
+    IN_PROCESS_US[0] = statistics.median(times) * 1e6
     return statistics.median(times), action
 
 
@@ -210,11 +222,29 @@ def servers():
     _report()
 
 
-def _figures(lat, wall, bare):
+def _env_calls(url):
+    import requests
+
+    return (
+        requests.get(url + "/sessions", timeout=30)
+        .json()["env_calls"]["timed"]
+        .get("step", {"runs": 0, "seconds": 0.0})
+    )
+
+
+def _figures(lat, wall, bare, before, after):
     lat = sorted(lat)
     p50 = lat[len(lat) // 2] - bare
     p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] - bare
-    return {"p50_over_ms": p50 * 1e3, "p99_over_ms": p99 * 1e3, "steps_s": len(lat) / wall}
+    runs = after["runs"] - before["runs"]
+    served = (after["seconds"] - before["seconds"]) / runs if runs else float("nan")
+    return {
+        "p50_over_ms": p50 * 1e3,
+        "p99_over_ms": p99 * 1e3,
+        "steps_s": len(lat) / wall,
+        # the env's step as timed inside the server (its inline runs), against ``bare``
+        "served_step_us": served * 1e6,
+    }
 
 
 @pytest.mark.parametrize("sessions", [1, 64, 256])
@@ -243,8 +273,9 @@ def test_served_step(benchmark, servers, in_process_step, sessions):
         row = {}
         for which in order:
             make, bare, action_for, reset = plans[which]
+            before = _env_calls(servers[which])
             lat, wall = asyncio.run(_load(make, servers[which], sessions, steps, action_for, reset))
-            row[which] = _figures(lat, wall, bare)
+            row[which] = _figures(lat, wall, bare, before, _env_calls(servers[which]))
         rounds.append(row)
 
     benchmark.group = f"service-{sessions}"
@@ -258,7 +289,7 @@ def _summary(rounds):
     med = statistics.median
     out = {}
     for which in ("echo", "tooluse"):
-        for key in ("p50_over_ms", "p99_over_ms", "steps_s"):
+        for key in ("p50_over_ms", "p99_over_ms", "steps_s", "served_step_us"):
             out[f"{which}_{key}"] = med(r[which][key] for r in rounds)
     for key in ("p50_over_ms", "p99_over_ms"):
         out[f"ratio_{key[:3]}"] = med(r["tooluse"][key] / r["echo"][key] for r in rounds)
@@ -271,6 +302,7 @@ def _report():
     lines = ["", "service step overhead (latency through the server minus the in-process step)"]
     head = (
         f"{'env':8s} {'sessions':>8s} {'round':>5s} {'p50 ms':>9s} {'p99 ms':>9s} {'steps/s':>9s}"
+        f" {'step us':>8s}"
     )
     lines.append(head)
     for c, rounds in sorted(RESULTS.items()):
@@ -279,13 +311,14 @@ def _report():
                 r = row[which]
                 lines.append(
                     f"{which:8s} {c:8d} {i:5d} {r['p50_over_ms']:9.3f} {r['p99_over_ms']:9.3f} "
-                    f"{r['steps_s']:9.0f}"
+                    f"{r['steps_s']:9.0f} {r['served_step_us']:8.1f}"
                 )
         s = _summary(rounds)
         for which in ("echo", "tooluse"):
             lines.append(
                 f"{which:8s} {c:8d} {'med':>5s} {s[which + '_p50_over_ms']:9.3f} "
-                f"{s[which + '_p99_over_ms']:9.3f} {s[which + '_steps_s']:9.0f}"
+                f"{s[which + '_p99_over_ms']:9.3f} {s[which + '_steps_s']:9.0f} "
+                f"{s[which + '_served_step_us']:8.1f}"
             )
     lines.append("")
     for c, rounds in sorted(RESULTS.items()):
@@ -297,6 +330,10 @@ def _report():
             f"sessions={c}: overhead ratio tooluse/echo, median of {len(rounds)} rounds: "
             f"p50 {s['ratio_p50']:.2f} (rounds: {per}), p99 {s['ratio_p99']:.2f} (goal <= 1.5)"
         )
+    lines.append(
+        "step us: the env's step as timed inside the server (inline runs, medians of rounds); "
+        f"in process, hot: {IN_PROCESS_US[0]:.1f} us"
+    )
     if 1 in RESULTS:
         lines.append(
             f"p50 overhead at 1 session: {_summary(RESULTS[1])['tooluse_p50_over_ms']:.3f} ms "

@@ -182,6 +182,25 @@ def test_killed_client_session_is_reaped():
         wait_until(lambda: sessions(url)["active"] == 0, "the killed client's session to go")
 
 
+def test_sessions_route_reports_the_env_calls_run():
+    with serving("BudgetMix/ToolUse-v0", idle_timeout=600) as url:
+        before = sessions(url)["env_calls"]
+        env = RemoteEnv(url)
+        try:
+            env.reset(seed=0)
+            for _ in range(5):
+                env.step("not a tool call")
+        finally:
+            env.close()
+        after = sessions(url)["env_calls"]
+    # one opening reset (always on the worker) and five steps: every call counted once
+    assert after["inline"] + after["worker"] - before["inline"] - before["worker"] == 6
+    runs = {k: v["runs"] for k, v in after["timed"].items()}
+    assert sum(runs.values()) == after["inline"]
+    assert runs.get("step", 0) == after["inline"] - before["inline"]
+    assert all(v["seconds"] > 0 for v in after["timed"].values() if v["runs"])
+
+
 def test_idle_session_is_reaped_with_a_clear_error():
     with serving("BudgetMix/ToolUse-v0", idle_timeout=1.0) as url:
         env = RemoteEnv(url)
@@ -339,6 +358,13 @@ def test_lane_runs_cheap_calls_inline_and_slow_ones_on_its_worker():
     inline = [k for k, name in enumerate(slow) if name == loop_thread]
     assert inline == [0, 4, 8], slow
     assert lane.counts == {"inline": 13, "worker": 6}
+    # the inline runs' time per kind, as /sessions reports it (worker runs are not timed)
+    stats = lane.stats()
+    assert stats["inline"] == 13 and stats["worker"] == 6
+    assert stats["timed"]["step"]["runs"] == 10
+    assert stats["timed"]["step"]["seconds"] == pytest.approx(10 * 20e-6)
+    assert stats["timed"]["build"]["runs"] == 3
+    assert stats["timed"]["build"]["seconds"] == pytest.approx(3 * 0.010)
 
 
 def test_lane_keeps_a_cheap_kind_inline_through_a_few_preempted_runs():

@@ -163,6 +163,8 @@ class EnvLane:
         self._executor: ThreadPoolExecutor | None = None
         #: Calls run so far: ``{"inline": n, "worker": m}`` (for tests and profiling).
         self.counts = {"inline": 0, "worker": 0}
+        #: Per kind of call, ``[runs, seconds]`` over the inline runs (the timed ones).
+        self.timed: dict[str, list[float]] = {}
 
     def is_slow(self, kind: str) -> bool:
         """Whether calls of ``kind`` go to the worker thread (when nothing else decides)."""
@@ -176,7 +178,13 @@ class EnvLane:
             runs = self._runs.get(kind)
             if runs is None:
                 runs = self._runs[kind] = deque(maxlen=self._window)
-            runs.append(self._clock() - t0)
+            took = self._clock() - t0
+            runs.append(took)
+            total = self.timed.get(kind)
+            if total is None:
+                total = self.timed[kind] = [0, 0.0]
+            total[0] += 1
+            total[1] += took
             # The median; under 3 runs the fastest, so that one preempted run decides nothing.
             typical = min(runs) if len(runs) < 3 else sorted(runs)[len(runs) // 2]
             if typical < self.inline_limit_s:
@@ -205,6 +213,14 @@ class EnvLane:
             return await loop.run_in_executor(self._executor, call)
         finally:
             self._queued -= 1
+
+    def stats(self) -> dict[str, Any]:
+        """Calls so far: how many ran inline and on the worker, and per kind of call the inline
+        runs and their total seconds (what an env call costs inside this server)."""
+        return {
+            **self.counts,
+            "timed": {k: {"runs": int(n), "seconds": t} for k, (n, t) in self.timed.items()},
+        }
 
     def close(self) -> None:
         if self._executor is not None:
@@ -683,13 +699,16 @@ def create_app(
 
     @app.get("/sessions", tags=["budget-envs"])
     def sessions() -> dict[str, Any]:
-        """Active and maximum sessions, and how many idle sessions were closed."""
+        """Active and maximum sessions, how many idle sessions were closed, and the env calls
+        run so far (``env_calls``: inline and worker counts, and per kind the inline runs and
+        their seconds)."""
         status = server.get_capacity_status()
         return {
             "env_id": entry.id,
             "active": status.active_sessions,
             "max": status.max_sessions,
             "reaped": counters["reaped"],
+            "env_calls": lane.stats(),
         }
 
     def close_host() -> None:
