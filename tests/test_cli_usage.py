@@ -168,15 +168,21 @@ sys.exit(cli.main(["demo", "--env", TOY_ID, "--env", "BudgetMixTest/Missing-v0",
 """
 
 
-@pytest.mark.parametrize("ci", ["true", ""])
-def test_demo_fails_under_ci_when_a_family_is_skipped(tmp_path, ci):
+def _run_demo(script: str, tmp_path, ci: str):
+    """Run a demo script (``{tests}``, ``{out}`` filled in) in a fresh interpreter, with
+    ``CI`` set to ``ci`` (unset when empty)."""
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     if ci:
         env["CI"] = ci
-    code = _DEMO.format(tests=str(TESTS), out=str(tmp_path / "demo"))
-    proc = subprocess.run(
+    code = script.format(tests=str(TESTS), out=str(tmp_path / "demo"))
+    return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
     )
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_demo_fails_under_ci_when_a_family_is_skipped(tmp_path, ci):
+    proc = _run_demo(_DEMO, tmp_path, ci)
     assert "SKIPPED BudgetMixTest/Missing-v0" in proc.stdout, proc.stdout + proc.stderr
     assert "no-such-extra" in proc.stdout
     assert f"One oracle episode on {TOY_ID}" in proc.stdout  # the rest of the demo still ran
@@ -202,13 +208,7 @@ sys.exit(cli.main(["demo", "--env", TOY_ID, "--out", {out!r}, "--tasks", "2", "-
 
 @pytest.mark.parametrize("ci", ["true", ""])
 def test_demo_says_when_the_trained_pair_cannot_run(tmp_path, ci):
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
-    if ci:
-        env["CI"] = ci
-    code = _NO_RAY.format(tests=str(TESTS), out=str(tmp_path / "demo"))
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
-    )
+    proc = _run_demo(_NO_RAY, tmp_path, ci)
     assert "SKIPPED the trained pair: training needs ray" in proc.stdout, proc.stdout + proc.stderr
     assert f"One oracle episode on {TOY_ID}" in proc.stdout  # the reference part still ran
     assert not (tmp_path / "demo" / "trained").exists()

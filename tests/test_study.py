@@ -130,8 +130,9 @@ def test_quick_study_runs_every_stage_and_report_only_reproduces_the_tables(tmp_
 
 
 # ---------------------------------------------------------------------- report stage alone
-def _spec() -> study.StudySpec:
-    fam = study.Family(
+def _family(**extra) -> study.Family:
+    """A small ToolUse family of the report-stage tests (``extra``: further fields)."""
+    return study.Family(
         name="tooluse",
         env_id="BudgetMix/ToolUse-v0",
         train_kwargs={"level": 1, "world_seed": 0},
@@ -143,9 +144,12 @@ def _spec() -> study.StudySpec:
         warm_start_episodes=1,
         eval_tasks=4,
         eval_samples=2,
-        fault_turns=[1],
-        probe_states=1,
+        **extra,
     )
+
+
+def _spec() -> study.StudySpec:
+    fam = _family(fault_turns=[1], probe_states=1)
     return study.StudySpec(
         families=[fam], arms=["fixed_generous", "fixed_tight"], visibilities=["hidden"], seeds=[0]
     )
@@ -340,19 +344,7 @@ def _pair_records():
 
 
 def test_pair_summary_reads_the_comparison(tmp_path):
-    fam = study.Family(
-        name="tooluse",
-        env_id="BudgetMix/ToolUse-v0",
-        train_kwargs={"level": 1, "world_seed": 0},
-        eval_kwargs={"level": 1, "world_seed": 1},
-        tight=3,
-        generous=6,
-        eval_budgets=[2, 3, 6, 8],
-        max_actions=256,
-        warm_start_episodes=1,
-        eval_tasks=4,
-        eval_samples=2,
-    )
+    fam = _family()
     spec = study.StudySpec(
         families=[fam],
         arms=["fixed_generous", "mix_uniform"],
