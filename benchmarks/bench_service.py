@@ -4,13 +4,19 @@ Run: ``.venv/bin/python -m pytest benchmarks/bench_service.py --benchmark-only -
 -p no:cacheprovider``
 
 Both servers run in their own process through the same machinery: OpenEnv's ``HTTPEnvServer``
-with the same ``ConcurrencyConfig``, the service's uvicorn settings (``run_app``), every env call
-through an :class:`~budget_envs.service.server.EnvLane`; the clients are OpenEnv ``EnvClient`` s
-in this process, ``c`` sessions at once (c = 1, 64, 256). All sessions connect and reset first;
-then every session steps ``STEPS[c]`` times. Per step: latency through the server minus the
+with the same ``ConcurrencyConfig``, the service's ASGI guard (idle reaping, size limits) and
+uvicorn settings (``run_app``), every env call through an
+:class:`~budget_envs.service.server.EnvLane`; the clients are OpenEnv ``EnvClient`` s in this
+process, ``c`` sessions at once (c = 1, 64, 256). All sessions connect and reset first; then
+every session steps ``STEPS[c]`` times. Per step: latency through the server minus the
 in-process step (ToolUse: a ``find_customer`` call on ``gymnasium.make(id, budget=None)``, the env
 the server builds, measured in this run; echo: 0), p50 and p99, and steps per second over the
-stepping phase. The machine may be shared: echo and ToolUse alternate in ``ROUNDS`` rounds per
+stepping phase.
+
+The floor, ``echo``: the echo gets the same action text as ToolUse and its client parses each
+answer into the echo's observation model, as an OpenEnv env's client does. ``echo-bare``, the
+earlier floor, sends a 13-character action and leaves the answers as decoded dicts; the report
+gives the ratio to both. The machine may be shared: the three alternate in ``ROUNDS`` rounds per
 c, and the report gives every round and the medians over rounds (ratios: the median of the
 rounds' ratios). Goal: ToolUse's overhead <= 1.5x the echo's at every c; p50 <= 1 ms at c=1.
 
@@ -54,7 +60,9 @@ from fastapi import FastAPI
 from openenv.core.env_server.http_server import HTTPEnvServer
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, Observation, State, ConcurrencyConfig
-from budget_envs.service.server import DEFAULT_IDLE_TIMEOUT, EnvLane, run_app
+from budget_envs.service.server import (
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES, EnvLane, Guard, run_app,
+)
 
 LANE = EnvLane()
 
@@ -87,6 +95,7 @@ HTTPEnvServer(Echo, EchoAction, EchoObservation,
               concurrency_config=ConcurrencyConfig(max_concurrent_envs=%(max)d,
                                                    session_timeout=DEFAULT_IDLE_TIMEOUT)
               ).register_routes(app)
+app.add_middleware(Guard, idle_timeout=DEFAULT_IDLE_TIMEOUT, max_bytes=DEFAULT_MAX_MESSAGE_BYTES)
 run_app(app, port=int(sys.argv[1]))
 """ % {"max": MAX_SESSIONS}
 OURS_SERVER = """
@@ -119,21 +128,40 @@ def _server(code):
         proc.wait(timeout=30)
 
 
-def _echo_client(url):
+def _echo_client(url, typed=True):
+    """An OpenEnv client of the echo. ``typed``: its answers parsed into the echo's observation
+    model, as an OpenEnv env's client does (``echo-bare``: left as decoded dicts)."""
     from openenv.core.client_types import StepResult
     from openenv.core.env_client import EnvClient
+    from openenv.core.env_server.types import Observation
+
+    class EchoObservation(Observation):
+        text: str = ""
 
     class EchoClient(EnvClient):
         def _step_payload(self, action):
             return {"action": action}
 
         def _parse_result(self, payload):
-            return StepResult(observation=payload.get("observation"), reward=payload.get("reward"))
+            if not typed:
+                return StepResult(
+                    observation=payload.get("observation"), reward=payload.get("reward")
+                )
+            obs = EchoObservation(
+                **payload.get("observation", {}),
+                reward=payload.get("reward"),
+                done=bool(payload.get("done", False)),
+            )
+            return StepResult(observation=obs, reward=obs.reward, done=obs.done)
 
         def _parse_state(self, payload):
             return payload
 
     return EchoClient(base_url=url, message_timeout_s=600, connect_timeout_s=600)
+
+
+def _bare_echo_client(url):
+    return _echo_client(url, typed=False)
 
 
 def _ours_client(url):
@@ -259,23 +287,25 @@ def test_served_step(benchmark, servers, in_process_step, sessions):
         await client.reset()
 
     plans = {
-        "echo": (_echo_client, 0.0, lambda: "find_customer", reset_echo),
+        "echo": (_echo_client, 0.0, lambda: action, reset_echo),
+        "echo-bare": (_bare_echo_client, 0.0, lambda: "find_customer", reset_echo),
         "tooluse": (_ours_client, raw, lambda: BudgetAction(action=action), reset_ours),
     }
+    urls = {"echo": servers["echo"], "echo-bare": servers["echo"], "tooluse": servers["tooluse"]}
     steps = STEPS[sessions]
     for which, (make, _, action_for, reset) in plans.items():  # warm-up
-        asyncio.run(_load(make, servers[which], sessions, max(steps // 4, 5), action_for, reset))
+        asyncio.run(_load(make, urls[which], sessions, max(steps // 4, 5), action_for, reset))
     rounds: list[dict[str, dict]] = []
 
     def one_round():
-        # alternate which env goes first, so neither always follows the other
-        order = ["echo", "tooluse"] if len(rounds) % 2 == 0 else ["tooluse", "echo"]
+        # alternate the order, so that no env always follows the same other one
+        order = list(plans) if len(rounds) % 2 == 0 else list(reversed(plans))
         row = {}
         for which in order:
             make, bare, action_for, reset = plans[which]
-            before = _env_calls(servers[which])
-            lat, wall = asyncio.run(_load(make, servers[which], sessions, steps, action_for, reset))
-            row[which] = _figures(lat, wall, bare, before, _env_calls(servers[which]))
+            before = _env_calls(urls[which])
+            lat, wall = asyncio.run(_load(make, urls[which], sessions, steps, action_for, reset))
+            row[which] = _figures(lat, wall, bare, before, _env_calls(urls[which]))
         rounds.append(row)
 
     benchmark.group = f"service-{sessions}"
@@ -285,14 +315,21 @@ def test_served_step(benchmark, servers, in_process_step, sessions):
     benchmark.extra_info.update(_summary(rounds))
 
 
+ENVS = ("echo", "echo-bare", "tooluse")
+#: The floors the ToolUse overhead is divided by: the echo (the goal's floor) and the bare echo.
+FLOORS = ("echo", "echo-bare")
+
+
 def _summary(rounds):
     med = statistics.median
     out = {}
-    for which in ("echo", "tooluse"):
+    for which in ENVS:
         for key in ("p50_over_ms", "p99_over_ms", "steps_s", "served_step_us"):
             out[f"{which}_{key}"] = med(r[which][key] for r in rounds)
-    for key in ("p50_over_ms", "p99_over_ms"):
-        out[f"ratio_{key[:3]}"] = med(r["tooluse"][key] / r["echo"][key] for r in rounds)
+    for floor in FLOORS:
+        tag = "" if floor == "echo" else "_bare"
+        for key in ("p50_over_ms", "p99_over_ms"):
+            out[f"ratio{tag}_{key[:3]}"] = med(r["tooluse"][key] / r[floor][key] for r in rounds)
     return out
 
 
@@ -301,35 +338,39 @@ def _report():
         return
     lines = ["", "service step overhead (latency through the server minus the in-process step)"]
     head = (
-        f"{'env':8s} {'sessions':>8s} {'round':>5s} {'p50 ms':>9s} {'p99 ms':>9s} {'steps/s':>9s}"
+        f"{'env':9s} {'sessions':>8s} {'round':>5s} {'p50 ms':>9s} {'p99 ms':>9s} {'steps/s':>9s}"
         f" {'step us':>8s}"
     )
     lines.append(head)
     for c, rounds in sorted(RESULTS.items()):
         for i, row in enumerate(rounds, 1):
-            for which in ("echo", "tooluse"):
+            for which in ENVS:
                 r = row[which]
                 lines.append(
-                    f"{which:8s} {c:8d} {i:5d} {r['p50_over_ms']:9.3f} {r['p99_over_ms']:9.3f} "
+                    f"{which:9s} {c:8d} {i:5d} {r['p50_over_ms']:9.3f} {r['p99_over_ms']:9.3f} "
                     f"{r['steps_s']:9.0f} {r['served_step_us']:8.1f}"
                 )
         s = _summary(rounds)
-        for which in ("echo", "tooluse"):
+        for which in ENVS:
             lines.append(
-                f"{which:8s} {c:8d} {'med':>5s} {s[which + '_p50_over_ms']:9.3f} "
+                f"{which:9s} {c:8d} {'med':>5s} {s[which + '_p50_over_ms']:9.3f} "
                 f"{s[which + '_p99_over_ms']:9.3f} {s[which + '_steps_s']:9.0f} "
                 f"{s[which + '_served_step_us']:8.1f}"
             )
     lines.append("")
     for c, rounds in sorted(RESULTS.items()):
         s = _summary(rounds)
-        per = ", ".join(
-            f"{r['tooluse']['p50_over_ms'] / r['echo']['p50_over_ms']:.2f}" for r in rounds
-        )
-        lines.append(
-            f"sessions={c}: overhead ratio tooluse/echo, median of {len(rounds)} rounds: "
-            f"p50 {s['ratio_p50']:.2f} (rounds: {per}), p99 {s['ratio_p99']:.2f} (goal <= 1.5)"
-        )
+        for floor in FLOORS:
+            tag = "" if floor == "echo" else "_bare"
+            per = ", ".join(
+                f"{r['tooluse']['p50_over_ms'] / r[floor]['p50_over_ms']:.2f}" for r in rounds
+            )
+            goal = " (goal <= 1.5)" if floor == "echo" else ""
+            lines.append(
+                f"sessions={c}: overhead ratio tooluse/{floor}, median of {len(rounds)} rounds: "
+                f"p50 {s[f'ratio{tag}_p50']:.2f} (rounds: {per}), p99 {s[f'ratio{tag}_p99']:.2f}"
+                f"{goal}"
+            )
     lines.append(
         "step us: the env's step as timed inside the server (inline runs, medians of rounds); "
         f"in process, hot: {IN_PROCESS_US[0]:.1f} us"

@@ -1337,8 +1337,8 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument(
         "--full-info",
         action="store_true",
-        help="send every info value in every step answer (for clients that do not restore "
-        "info_unchanged keys)",
+        help="send every info value in every step answer (for clients that do not apply "
+        "info_delta answers)",
     )
     t = sub.add_parser("train", help="train a policy (RLlib PPO or TRL) into a policy folder")
     t.add_argument("env_id", metavar="ENV_ID")

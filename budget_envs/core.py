@@ -288,6 +288,8 @@ class TextAgentEnv(gym.Env[str, str]):
         self.won = False
         self.lost = False
         self._armed: ArmedFault | None = None
+        #: (digest object, (task id, won, lost), hash): the last :meth:`state_hash`.
+        self._hash_memo: tuple | None = None
         #: True while :meth:`restore` replays the trace (a fault hook that rolls its own turn
         #: back, such as a silent no-op, then has nothing to do).
         self.replaying = False
@@ -539,10 +541,17 @@ class TextAgentEnv(gym.Env[str, str]):
         digest = self._state_digest()
         if digest is None:
             return None
-        if isinstance(digest, str):
-            digest = digest.encode("utf-8", "surrogatepass")
+        key = (self._task_id, bool(self.won), bool(self.lost))
+        # A family that reuses its digest object while the state is unchanged (ToolUse) gets
+        # its hash reused too.
+        memo = self._hash_memo
+        if memo is not None and memo[0] is digest and memo[1] == key:
+            return memo[2]
+        raw = digest.encode("utf-8", "surrogatepass") if isinstance(digest, str) else digest
         head = f"{self._task_id}\x1f{int(self.won)}{int(self.lost)}\x1f".encode()
-        return hashlib.blake2b(head + digest, digest_size=16).hexdigest()
+        out = hashlib.blake2b(head + raw, digest_size=16).hexdigest()
+        self._hash_memo = (digest, key, out)
+        return out
 
     def _state_digest(self) -> bytes | str | None:
         """Canonical bytes of what the task's future depends on (families override)."""

@@ -23,7 +23,7 @@ from budget_envs.registry import registered_ids  # noqa: E402
 from contract_helpers import make, policy_action  # noqa: E402
 from service_helpers import TESTS, serving, sessions, wait_until  # noqa: E402
 
-from budget_envs.service import BudgetAction, BudgetEnvClient, RemoteEnv  # noqa: E402
+from budget_envs.service import BudgetAction, BudgetEnvClient, BudgetObservation, RemoteEnv  # noqa: E402
 
 IDS = registered_ids()
 
@@ -300,11 +300,14 @@ def test_step_answers_leave_out_unchanged_info_and_clients_restore_it():
             first = json.loads(ws.recv())["data"]["observation"]
             ws.send(json.dumps({"type": "step", "data": {"action": moves[0]}}))
             step = json.loads(ws.recv())["data"]["observation"]
-        assert first["info"]["tools"] and first["info_unchanged"] == []
-        assert "tools" in step["info_unchanged"] and step["info"]["tools"] is None
-        assert "budget" not in step["info_unchanged"]  # changed values travel in full
+        assert first["info"]["tools"] and first["info_delta"] is False
+        assert step["info_delta"] is True and "tools" not in step["info"]
+        assert "task_id" not in step["info"] and "won" not in step["info"]
+        assert step["info"]["turn"] == 1  # changed values travel in full
         got, again = asyncio.run(client_side(url))
     assert [o.info for o in got] == want
+    assert [list(o.info) for o in got] == [list(w) for w in want]  # the env's key order too
+    assert not any(o.info_delta for o in got)  # restored
     assert again.replayed and again.info == want[0]
 
     with serving(env_id, budget=10, info_delta=False) as url:
@@ -313,7 +316,49 @@ def test_step_answers_leave_out_unchanged_info_and_clients_restore_it():
             ws.recv()
             ws.send(json.dumps({"type": "step", "data": {"action": moves[0]}}))
             whole = json.loads(ws.recv())["data"]["observation"]
-        assert whole["info_unchanged"] == [] and whole["info"] == want[0]
+        assert whole["info_delta"] is False and whole["info"] == want[0]
+
+
+def test_a_caller_changing_the_info_it_got_changes_no_later_answer():
+    client = BudgetEnvClient(base_url="http://127.0.0.1:1")
+    whole = {"observation": {"text": "a", "info": {"turn": 0, "goal": "g"}}, "reward": 0.0}
+    first = client._parse_result(whole).observation
+    first.info["episode"] = {"r": 1.0}  # what a Gymnasium wrapper may add
+    first.info["goal"] = "changed"
+
+    def delta():  # a decoded message (the client fills it in place)
+        return {"observation": {"text": "b", "info": {"turn": 1}, "info_delta": True}}
+
+    second = client._parse_result(delta()).observation
+    assert second.info == {"turn": 1, "goal": "g"} and not second.info_delta
+    fresh = BudgetEnvClient(base_url="http://127.0.0.1:1")
+    with pytest.raises(RuntimeError, match="no earlier answer"):
+        fresh._parse_result(delta())
+
+
+def test_step_answers_built_without_validation_equal_validated_ones():
+    from budget_envs.service.server import _observation
+
+    info = {"turn": 3, "tools": [{"name": "x"}]}
+    for args in (
+        ("text", 1.0, True, False, info, "r1", True),
+        ("", 0.0, False, True, {}, None, False),
+    ):
+        fast = _observation(*args)
+        text, reward, terminated, truncated, inf, rid, delta = args
+        slow = BudgetObservation(
+            text=text,
+            reward=reward,
+            done=terminated or truncated,
+            terminated=terminated,
+            truncated=truncated,
+            info=inf,
+            request_id=rid,
+            info_delta=delta,
+        )
+        assert fast == slow
+        assert fast.model_dump_json() == slow.model_dump_json()
+        assert fast.model_copy(update={"replayed": True}).replayed
 
 
 class _Clock:
@@ -399,6 +444,82 @@ def test_lane_keeps_a_cheap_kind_inline_through_a_few_preempted_runs():
     assert fast == [loop_thread] * 5
     assert slow[:3] == [loop_thread] * 3 and lane.is_slow("step")
     assert loop_thread not in slow[3:]
+
+
+def test_lane_runs_the_calls_of_one_loop_turn_together_in_arrival_order():
+    from budget_envs.service.server import EnvLane
+
+    log: list[str] = []
+    clock = _Clock()
+
+    def call(name, seconds=20e-6, fail=False):
+        def run():
+            log.append(f"run {name}")
+            clock.now += seconds
+            if fail:
+                raise ValueError(f"bad action {name}")
+            return name
+
+        return run
+
+    async def session(lane, name, **kw):
+        log.append(f"arrive {name}")
+        return await lane.run("step", call(name, **kw))
+
+    async def scenario(lane):
+        return await asyncio.gather(
+            *(session(lane, n, fail=n == "c") for n in "abcd"), return_exceptions=True
+        )
+
+    for batch, want in (
+        (
+            True,
+            ["arrive a", "arrive b", "arrive c", "arrive d", "run a", "run b", "run c", "run d"],
+        ),
+        (
+            False,
+            ["arrive a", "run a", "arrive b", "run b", "arrive c", "run c", "arrive d", "run d"],
+        ),
+    ):
+        log.clear()
+        lane = EnvLane(window=5, clock=clock, batch=batch)
+        try:
+            got = asyncio.run(scenario(lane))
+        finally:
+            lane.close()
+        assert log == want, batch
+        # a failing call fails its own caller only
+        assert got[:2] == ["a", "b"] and got[3] == "d"
+        assert isinstance(got[2], ValueError) and "bad action c" in str(got[2])
+        assert lane.counts == {"inline": 4, "worker": 0}
+
+
+def test_lane_batch_sends_a_kind_that_turns_slow_to_the_worker_and_skips_cancelled_calls():
+    from budget_envs.service.server import EnvLane
+
+    clock = _Clock()
+    lane = EnvLane(inline_limit_s=0.002, window=5, clock=clock)
+    loop_thread = threading.current_thread().name
+
+    async def scenario():
+        # the first call of the batch takes 30 ms: the kind is slow from then on
+        first = [asyncio.ensure_future(lane.run("build", clock.call(0.030)))]
+        rest = [asyncio.ensure_future(lane.run("build", clock.call(0.030))) for _ in range(3)]
+        gone = asyncio.ensure_future(lane.run("build", clock.call(0.030)))
+        await asyncio.sleep(0)  # every call is queued
+        gone.cancel()
+        return await asyncio.gather(*first, *rest), await asyncio.gather(
+            gone, return_exceptions=True
+        )
+
+    try:
+        threads, (cancelled,) = asyncio.run(scenario())
+    finally:
+        lane.close()
+    assert threads[0] == loop_thread and lane.is_slow("build")
+    assert loop_thread not in threads[1:], threads
+    assert isinstance(cancelled, asyncio.CancelledError)
+    assert lane.counts == {"inline": 1, "worker": 3}
 
 
 def test_lane_rejects_bad_arguments():

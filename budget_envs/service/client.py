@@ -57,28 +57,28 @@ class BudgetEnvClient(EnvClient[BudgetAction, BudgetObservation, BudgetState]):
         return payload
 
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[BudgetObservation]:
-        # ``payload`` was just decoded from the message: its dicts are ours to fill in place
-        # (restored keys keep their place in the info, as the server's null held it).
+        # ``payload`` was just decoded from the message: its dicts are ours to fill in place.
         fields = payload.get("observation")
         fields = {} if fields is None else fields
         fields["reward"] = payload.get("reward")
         fields["done"] = bool(payload.get("done", False))
-        same = fields.get("info_unchanged")
-        if same:
-            info = fields.get("info")
-            if info is None:
-                info = fields["info"] = {}
+        if fields.get("info_delta"):
+            # the values that changed since the previous answer: the rest, and the key order,
+            # are the previous answer's
             base = self._last_info
-            for k in same:
-                if base is None or k not in base:
-                    missing = [k for k in same if base is None or k not in base]
-                    raise RuntimeError(
-                        f"the server left out info keys {missing} as unchanged, but this client "
-                        "has no earlier answer holding them (reset first)"
-                    )
-                info[k] = base[k]
+            if base is None:
+                raise RuntimeError(
+                    "the server sent an info delta, but this client has no earlier answer to "
+                    "apply it to (reset first)"
+                )
+            info = dict(base)
+            info.update(fields.get("info") or {})
+            fields["info"] = info
+            fields["info_delta"] = False  # restored: the info is whole again
         obs = BudgetObservation(**fields)
-        self._last_info = obs.info
+        # the base of the next delta is this client's own dict (validation copied it into
+        # ``obs.info``), so a caller adding keys to the info it got changes no later answer
+        self._last_info = fields.get("info") or {}
         return StepResult(
             observation=obs,
             reward=payload.get("reward"),

@@ -45,10 +45,11 @@ class BudgetObservation(Observation):
     replayed: bool = Field(
         default=False, description="True when this answer is a recorded one (a retried id)."
     )
-    info_unchanged: list[str] = Field(
-        default_factory=list,
-        description="Info keys sent as null because their value equals the one in the "
-        "session's previous answer; the client restores them from it.",
+    info_delta: bool = Field(
+        default=False,
+        description="True when info holds only the values that changed since the session's "
+        "previous answer: the whole info is the previous one updated with these, in its key "
+        "order (the client restores it).",
     )
 
 

@@ -73,7 +73,7 @@ LANE_PROBE_EVERY = 64
 
 _DEFAULT = object()
 
-#: Value types a step answer may leave out when unchanged (see :meth:`SessionEnv._wire`).
+#: Value types a reset answer reuses from the previous answer when equal (``_full_info``).
 _OMITTABLE = (str, list, dict)
 
 
@@ -137,6 +137,13 @@ class EnvLane:
     pays the hop, and times taken there, inflated by waits for the GIL, would keep them
     there). Runs on the worker are therefore not timed; a kind judged slow runs inline once
     in ``probe_every`` calls to check it still is.
+
+    With ``batch`` (the default), the inline calls that arrive in one turn of the event loop
+    run together, one after another, at its next turn: under many sessions the loop reads
+    every socket that has a message, and each session's handler then reaches its env call.
+    Run back to back, the calls find the env code and data still in the CPU's caches, which
+    interleaved with the other sessions' socket work they do not (a 20 us ToolUse step took
+    70-90 us there). Each call pays one future and one extra turn of the loop.
     """
 
     def __init__(
@@ -146,6 +153,7 @@ class EnvLane:
         window: int = LANE_WINDOW,
         probe_every: int = LANE_PROBE_EVERY,
         clock: Any = time.perf_counter,
+        batch: bool = True,
     ) -> None:
         if not isinstance(inline_limit_s, (int, float)) or isinstance(inline_limit_s, bool):
             raise TypeError(f"inline_limit_s must be a number, got {inline_limit_s!r}")
@@ -161,6 +169,12 @@ class EnvLane:
         self._skipped: dict[str, int] = {}
         self._queued = 0
         self._executor: ThreadPoolExecutor | None = None
+        self.batch = bool(batch)
+        # inline calls waiting for the next turn of the loop: (kind, call, future, probe)
+        self._pending: list[tuple[str, Any, asyncio.Future, bool]] = []
+        #: Turns of the loop that ran gathered inline calls (``counts["inline"] / batches``
+        #: calls each, on average).
+        self.batches = 0
         #: Calls run so far: ``{"inline": n, "worker": m}`` (for tests and profiling).
         self.counts = {"inline": 0, "worker": 0}
         #: Per kind of call, ``[runs, seconds]`` over the inline runs (the timed ones).
@@ -196,14 +210,54 @@ class EnvLane:
         """``call()``, inline or on the worker thread (always there with ``inline=False``)."""
         if inline and not self._queued:
             if kind not in self._slow:
-                self.counts["inline"] += 1
-                return self._timed(kind, call)
+                return await self._inline(kind, call)
             skipped = self._skipped.get(kind, 0) + 1
             if skipped >= self.probe_every:
                 self._skipped[kind] = 0
-                self.counts["inline"] += 1
-                return self._timed(kind, call)
+                return await self._inline(kind, call, probe=True)
             self._skipped[kind] = skipped
+        return await self._on_worker(call)
+
+    async def _inline(self, kind: str, call: Any, probe: bool = False) -> Any:
+        if not self.batch:
+            self.counts["inline"] += 1
+            return self._timed(kind, call)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._pending.append((kind, call, future, probe))
+        if len(self._pending) == 1:
+            loop.call_soon(self._run_pending)
+        return await future
+
+    def _run_pending(self) -> None:
+        """Run the calls gathered since the last turn of the loop, in arrival order."""
+        pending, self._pending = self._pending, []
+        self.batches += 1
+        for kind, call, future, probe in pending:
+            if future.cancelled():  # its session went away meanwhile
+                continue
+            if kind in self._slow and not probe:  # turned slow earlier in this batch
+                asyncio.ensure_future(self._relay(call, future))
+                continue
+            self.counts["inline"] += 1
+            try:
+                result = self._timed(kind, call)
+            except Exception as exc:  # the caller gets it as is
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+    async def _relay(self, call: Any, future: asyncio.Future) -> None:
+        try:
+            result = await self._on_worker(call)
+        except Exception as exc:
+            if not future.cancelled():
+                future.set_exception(exc)
+        else:
+            if not future.cancelled():
+                future.set_result(result)
+
+    async def _on_worker(self, call: Any) -> Any:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="budget-envs")
         self._queued += 1
@@ -219,6 +273,7 @@ class EnvLane:
         runs and their total seconds (what an env call costs inside this server)."""
         return {
             **self.counts,
+            "batches": self.batches,
             "timed": {k: {"runs": int(n), "seconds": t} for k, (n, t) in self.timed.items()},
         }
 
@@ -226,6 +281,46 @@ class EnvLane:
         if self._executor is not None:
             self._executor.shutdown(wait=False)
             self._executor = None
+
+
+_new_object = object.__new__
+_set_slot = object.__setattr__
+_OBSERVATION_FIELDS = tuple(BudgetObservation.model_fields)
+
+
+def _observation(
+    text: str,
+    reward: float,
+    terminated: bool,
+    truncated: bool,
+    info: dict[str, Any],
+    request_id: str | None,
+    info_delta: bool,
+) -> BudgetObservation:
+    """A step answer built from values of the right types, without pydantic's validation
+    (a third of the session's own work per step): what ``model_construct`` does, for these
+    fields only. ``tests/test_service.py`` checks it equals the validated model."""
+    obs = _new_object(BudgetObservation)
+    _set_slot(
+        obs,
+        "__dict__",
+        {
+            "done": terminated or truncated,
+            "reward": reward,
+            "metadata": {},
+            "text": text,
+            "terminated": terminated,
+            "truncated": truncated,
+            "info": info,
+            "request_id": request_id,
+            "replayed": False,
+            "info_delta": info_delta,
+        },
+    )
+    _set_slot(obs, "__pydantic_fields_set__", set(_OBSERVATION_FIELDS))
+    _set_slot(obs, "__pydantic_extra__", None)
+    _set_slot(obs, "__pydantic_private__", None)
+    return obs
 
 
 class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
@@ -254,6 +349,8 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         self._sent: dict[str, Any] | None = None
         # The env's own info behind ``_sent`` (None when ``_sent`` came from a replay).
         self._raw: dict[str, Any] | None = None
+        # The keys of ``_sent``, in order: a step answer is a delta only while they stay.
+        self._keys: list[str] = []
         self._replies: OrderedDict[str, tuple[str, BudgetObservation]] = OrderedDict()
 
     # ---------------------------------------------------------------- info deltas
@@ -274,69 +371,68 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
                 out[k] = _plain(v)
         return out
 
-    def _step_info(self, info: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
-        """(whole info, info as sent, keys left out) of a step answer, in one pass.
+    def _step_info(self, info: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], bool]:
+        """(whole info, info as sent, whether that is a delta) of a step answer, in one pass.
 
-        What :meth:`_full_info` then :meth:`_wire` give, without comparing twice: a value the env
-        returns again as the very object of its previous step (ToolUse's shared ``tools``
-        schema) is unchanged without a deep comparison (an env never mutates an info value it
-        returned); numbers and booleans are always sent.
+        The delta holds the values that differ from the previous answer's (type and value:
+        ``1`` and ``True`` differ); it is used when the info has the previous answer's keys in
+        its order, so the client restores the whole info by updating the previous one. A
+        value the env returns again as the very object of its previous step (ToolUse's shared
+        ``tools`` schema) is unchanged without a deep comparison (an env never mutates an info
+        value it returned).
         """
         sent, raw = self._sent, self._raw
-        full: dict[str, Any] = {}
         if not sent:
             full = _plain(info)
-            return full, full, []
-        delta = self._config.info_delta
+            self._keys = list(full)
+            return full, full, False
+        delta = self._config.info_delta and list(info) == self._keys
+        full: dict[str, Any] = {}
         wire: dict[str, Any] = {}
-        same: list[str] = []
         raw_get = raw.get if raw is not None else None
         for k, v in info.items():
             if type(k) is not str:
                 k = str(k)
-            t = type(v)
-            if t is bool or t is int or t is float or v is None:
-                full[k] = wire[k] = v
-                continue
             old = sent.get(k, _DEFAULT)
-            if (raw_get is not None and old is not _DEFAULT and v is raw_get(k, _DEFAULT)) or (
-                t is type(old) and isinstance(v, _OMITTABLE) and v == old
-            ):
+            if v is old:
+                same = True
+            else:
+                t = type(v)
+                if t is str or t is bool or t is int or t is float or v is None:
+                    same = t is type(old) and v == old
+                elif old is not _DEFAULT and raw_get is not None and v is raw_get(k, _DEFAULT):
+                    same = True
+                elif (t is list or t is dict) and t is type(old) and v == old:
+                    same = True
+                else:
+                    # raw against converted: a tuple never equals its list, so compare the
+                    # new conversion too
+                    v = _plain(v)
+                    same = type(v) is type(old) and v == old
+            if same:
                 full[k] = old
+                if not delta:
+                    wire[k] = old
             else:
-                # raw against converted: a tuple never equals its list, so compare the new
-                # conversion too
-                v = full[k] = _plain(v)
-                if not (isinstance(v, _OMITTABLE) and type(v) is type(old) and v == old):
-                    wire[k] = v
-                    continue
-            if delta:
-                wire[k] = None
-                same.append(k)
-            else:
-                wire[k] = full[k]
-        return full, wire, same
+                full[k] = wire[k] = v
+        self._keys = list(full)
+        return full, wire, delta
 
     def _wire(self, obs: BudgetObservation, delta: bool) -> BudgetObservation:
-        """The answer as sent: with ``delta``, every str, list or dict value equal to the one of
-        the session's previous answer travels as null and its key in ``info_unchanged`` (the
-        client restores it). The whole info becomes the next answer's base."""
+        """The answer as sent: with ``delta``, only the info values that differ from the
+        session's previous answer (see :meth:`_step_info`). The whole info becomes the next
+        answer's base."""
         sent, self._sent = self._sent, obs.info
         self._raw = None
-        if not (delta and sent and self._config.info_delta):
+        keys, self._keys = self._keys, list(obs.info)
+        if not (delta and sent and self._config.info_delta and keys == self._keys):
             return obs
-        info: dict[str, Any] = {}
-        same: list[str] = []
+        changed = {}
         for k, v in obs.info.items():
-            old = sent.get(k, _DEFAULT)
-            if isinstance(v, _OMITTABLE) and type(v) is type(old) and (v is old or v == old):
-                info[k] = None
-                same.append(k)
-            else:
-                info[k] = v
-        if not same:
-            return obs
-        return obs.model_copy(update={"info": info, "info_unchanged": same})
+            old = sent[k]
+            if not (v is old or (type(v) is type(old) and v == old)):
+                changed[k] = v
+        return obs.model_copy(update={"info": changed, "info_delta": True})
 
     # ---------------------------------------------------------------- request ids
     def _replay(self, request_id: str | None, key: str) -> BudgetObservation | None:
@@ -403,10 +499,12 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
     def step(
         self, action: BudgetAction, timeout_s: float | None = None, **kwargs: Any
     ) -> BudgetObservation:
-        key = "step\x1f" + action.action
-        replayed = self._replay(action.request_id, key)
-        if replayed is not None:
-            return self._wire(replayed, delta=True)
+        rid = action.request_id
+        if rid is not None:
+            key = "step\x1f" + action.action
+            replayed = self._replay(rid, key)
+            if replayed is not None:
+                return self._wire(replayed, delta=True)
         if self._env is None:
             raise RuntimeError(
                 "this session has no episode yet (it is new, or an idle one was closed and the client opened a new one): send a reset first"
@@ -414,23 +512,16 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         text, reward, terminated, truncated, info = self._env.step(action.action)
         self._steps += 1
         self._info = info
-        full, wire, same = self._step_info(info)
+        full, wire, delta = self._step_info(info)
         self._sent, self._raw = full, info
         terminated, truncated = bool(terminated), bool(truncated)
-        # (model_construct is slower here than validating: pydantic checks its fields in Python)
-        fields = {
-            "text": text if type(text) is str else str(text),
-            "reward": float(reward),
-            "done": terminated or truncated,
-            "terminated": terminated,
-            "truncated": truncated,
-            "request_id": action.request_id,
-        }
-        if action.request_id is not None:
-            self._record(action.request_id, key, BudgetObservation(info=full, **fields))
-        if same:
-            return BudgetObservation(info=wire, info_unchanged=same, **fields)
-        return BudgetObservation(info=wire, **fields)
+        text = text if type(text) is str else str(text)
+        reward = float(reward)
+        if rid is not None:
+            self._record(
+                rid, key, _observation(text, reward, terminated, truncated, full, rid, False)
+            )
+        return _observation(text, reward, terminated, truncated, wire, rid, delta)
 
     async def reset_async(
         self,
@@ -650,7 +741,7 @@ def create_app(
     for every session's env. One env is built here first to check the arguments; a family with
     a server of its own (``shared_env_kwargs``) keeps that env as the host every session uses.
     ``info_delta=False`` sends every info value in every step answer (for clients that do not
-    restore ``info_unchanged`` keys).
+    restore ``info_delta`` answers).
     """
     entry = entry_for(env_id)  # NameNotFound with the registered ids
     _check_positive("max_sessions", max_sessions, int)

@@ -154,6 +154,9 @@ class ToolUseEnv(TextAgentEnv):
         #: (task, what was shown, calls): the last :meth:`candidate_actions`, reused while
         #: neither changes.
         self._candidates: tuple[Task, tuple, tuple[str, ...]] | None = None
+        #: (:meth:`_shown_key`, digest): the last :meth:`_state_digest`, reused while the key
+        #: is equal.
+        self._digest: tuple[tuple, str] | None = None
         #: {(id, context, quoted texts): (call texts, amounts)}: the calls a shown id adds, a
         #: pure function of the key in this env's world, so kept across episodes (bounded).
         self._blocks: dict[tuple, tuple[tuple[str, ...], tuple[int, ...]]] = {}
@@ -236,7 +239,12 @@ class ToolUseEnv(TextAgentEnv):
         world, pr, task = self.world, self._pr, self._task
         # The calls depend only on the ticket and on what was shown (ids, models listed,
         # refunds made); most steps change none of them, so the last list is reused
-        # (building it, ~11 JSON texts, was two thirds of a step).
+        # (building it, ~11 JSON texts, was two thirds of a step). The cheap key decides
+        # first; the exact one (sorted ids) when it differs.
+        memo = self._candidates
+        quick = self._shown_key()
+        if memo is not None and memo[0] is task and memo[3] == quick:
+            return list(memo[2])
         refunded = sorted(
             target
             for (kind, target), value in pr.changed.items()
@@ -244,8 +252,8 @@ class ToolUseEnv(TextAgentEnv):
         )
         revealed = sorted(pr.revealed)
         key = (tuple(revealed), tuple(sorted(pr.listed)), tuple(refunded))
-        memo = self._candidates
         if memo is not None and memo[0] is task and memo[1] == key:
+            self._candidates = (task, key, memo[2], quick)
             return list(memo[2])
         blocks = self._blocks
         if len(blocks) > 200_000:
@@ -280,8 +288,33 @@ class ToolUseEnv(TextAgentEnv):
         for cents in sorted(amounts):
             texts.append(call_json("submit", {"answer": f"{cents // 100}.{cents % 100:02d}"}))
         out = list(dict.fromkeys(texts))
-        self._candidates = (task, key, tuple(out))
+        self._candidates = (task, key, tuple(out), quick)
         return out
+
+    def _shown_key(self) -> tuple:
+        """A cheap key equal between two calls only if nothing the state digest and the
+        candidate calls read changed in between (an equal key may come from equal content).
+
+        Within an episode the ids shown and the models listed only grow, and a customer's
+        pages read only rise, so their sizes (and the pages' sum) tell a change apart on the
+        same :class:`~budget_envs.envs.tooluse.oracle.Progress`; a write (the only thing
+        that changes a slot or a row) makes a new row-log text; a restore, a reset or a
+        permanent fault puts a new object in place.
+        """
+        pr = self._pr
+        pages = pr.pages_seen
+        return (
+            pr,
+            len(pr.revealed),
+            len(pr.listed),
+            len(pages),
+            sum(pages.values()),
+            pr.submitted,
+            pr.answer_ok,
+            self._rows.text(),
+            self._down,
+            self._stale,
+        )
 
     def _id_calls(
         self, rid: str, quoted: tuple[str, ...]
@@ -600,10 +633,15 @@ class ToolUseEnv(TextAgentEnv):
         """Database rows changed since the start, ids shown, pages read, models listed, submit,
         and the permanent faults' effects (tools down, tools serving stale reads).
 
-        Incremental: the rows come from the episode's :class:`RowLog`, not from reading tables.
+        Incremental: the rows come from the episode's :class:`RowLog`, not from reading tables;
+        and reused while :meth:`_shown_key` is equal.
         """
+        key = self._shown_key()
+        memo = self._digest
+        if memo is not None and memo[0] == key:
+            return memo[1]
         pr = self._pr
-        return "\x1e".join(
+        digest = "\x1e".join(
             (
                 self._rows.text(),
                 ",".join(sorted(pr.revealed)),
@@ -614,3 +652,5 @@ class ToolUseEnv(TextAgentEnv):
                 ",".join(sorted(self._stale)),
             )
         )
+        self._digest = (key, digest)
+        return digest
