@@ -287,3 +287,44 @@ def test_tooluse_row_log_agrees_with_whole_database():
         assert u._db_matches_gold() == whole
         verdicts.add(whole)
     assert verdicts == {True, False}
+
+
+def test_tooluse_reused_digest_and_candidates_equal_fresh_ones():
+    """What ToolUse reuses while nothing shown changed equals what it builds from scratch, at
+    every step of oracle and random episodes, across snapshot / restore and permanent faults."""
+    env = _bare("BudgetMix/ToolUse-v0")
+    u = env.unwrapped
+    hits = 0
+
+    def fresh():
+        digest, hashed, calls = u._digest, u._hash_memo, u._candidates
+        u._digest = u._hash_memo = u._candidates = None
+        try:
+            return u._state_digest(), u.state_hash(), u.candidate_actions()
+        finally:
+            u._digest, u._hash_memo, u._candidates = digest, hashed, calls
+
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        _, info = env.reset(seed=seed)
+        snap = None
+        for turn in range(int(rng.integers(5, 30))):
+            best = u.oracle_actions()
+            action = best[0] if best and rng.random() < 0.6 else u.sample_action(rng)
+            if turn == 3:
+                snap = u.snapshot()
+            if turn == 6 and snap is not None:
+                u.restore(snap)
+            if turn == 8:
+                u.arm_fault("tool_down", rng=rng)
+            before = u._digest
+            _, _, term, _, info = env.step(action)
+            hits += u._digest is before
+            want_digest, want_hash, want_calls = fresh()
+            assert u._state_digest() == want_digest
+            assert info["state_hash"] == want_hash
+            assert info["candidate_actions"] == want_calls
+            if term:
+                break
+    assert hits > 10  # the reuse was exercised, not only the rebuild
+    env.close()
