@@ -507,14 +507,15 @@ class TextAgentEnv(gym.Env[str, str]):
                 f"Invalid action: {len(action)} characters is over the limit of "
                 f"{self.max_action_length}. Send a shorter action."
             )
-        if not action.strip():
+        if not action or action.isspace():
             return "Invalid action: the action is empty. Send a command."
         if _CONTROL.search(action):
             return "Invalid action: it contains control characters (such as NUL). Send plain text."
-        try:
-            action.encode("utf-8")
-        except UnicodeEncodeError:
-            return "Invalid action: it is not valid Unicode text (lone surrogates)."
+        if not action.isascii():  # ASCII text has no lone surrogates
+            try:
+                action.encode("utf-8")
+            except UnicodeEncodeError:
+                return "Invalid action: it is not valid Unicode text (lone surrogates)."
         return None
 
     def current_info(self, invalid: bool = False) -> dict[str, Any]:

@@ -172,6 +172,10 @@ TOOLS: tuple[Tool, ...] = (
     ),
 )
 TOOL_BY_NAME: dict[str, Tool] = {t.name: t for t in TOOLS}
+#: Each tool's argument names (for the check of unexpected arguments).
+_PARAM_NAMES: dict[str, frozenset[str]] = {
+    t.name: frozenset(p.name for p in t.params) for t in TOOLS
+}
 TOOL_NAMES: tuple[str, ...] = tuple(t.name for t in TOOLS)
 READ_TOOLS = frozenset(t.name for t in TOOLS if t.kind == "read")
 WRITE_TOOLS = frozenset(t.name for t in TOOLS if t.kind == "write")
@@ -272,9 +276,9 @@ def parse_action(action: str) -> tuple[str, dict[str, str | None]]:
 
 
 def _check_args(tool: Tool, args: dict) -> dict[str, str | None]:
-    known = {p.name for p in tool.params}
-    extra = sorted(k for k in args if k not in known)
-    if extra:
+    known = _PARAM_NAMES[tool.name]
+    if not known.issuperset(args):
+        extra = sorted(k for k in args if k not in known)
         shown = ", ".join(repr(k[:40]) for k in extra[:5])
         raise ActionRejected(
             f"Error: {tool.name} got unexpected argument(s) {shown}; it takes "
