@@ -52,7 +52,7 @@ from budget_envs.envs.tooluse.tools import call_json  # noqa: E402
 
 ENV_ID = "BudgetMix/ToolUse-v0"
 STEPS = {1: 2000, 64: 100, 256: 40}
-ROUNDS = 3
+ROUNDS = 5
 MAX_SESSIONS = 512
 ECHO_SERVER = """
 import sys

@@ -683,3 +683,38 @@ def test_every_level_reaches_its_tasks_quickly_enough_for_many_resets():
         for tid in itertools.islice((env.reset(seed=s)[1]["task_id"] for s in range(200)), 200)
     }
     assert seen == {f"L{lv}" for lv in LEVELS}
+
+
+def test_the_episode_database_is_copied_at_its_first_write_with_the_same_transcript():
+    """Reads before any write answer from the world's template; the first write copies the
+    start state. Transcripts equal an env that copies at every reset, snapshots included."""
+    lazy, eager = ToolUseEnv(level=3), ToolUseEnv(level=3)
+    copied_at_reset = fresh_reads = copied_at_write = 0
+    for seed in range(8):
+        rng = np.random.default_rng(seed)
+        lazy.reset(seed=seed)
+        eager.reset(seed=seed)
+        eager._conn  # noqa: B018 - the copy made now, as before the change
+        copied_at_reset += not lazy._fresh
+        snap_lazy = snap_eager = None
+        for turn in range(30):
+            best = lazy.oracle_actions()
+            action = best[0] if best and rng.random() < 0.7 else lazy.sample_action(rng)
+            name = json.loads(action)["tool_calls"][0]["name"] if '"tool_calls"' in action else ""
+            was_fresh = lazy._fresh
+            got, want = lazy.step(action), eager.step(action)
+            assert got == want, (seed, turn, action)
+            if was_fresh and name in READ_TOOLS:
+                fresh_reads += 1
+                assert lazy._fresh  # a read copies nothing
+            copied_at_write += was_fresh and not lazy._fresh
+            if turn == 2:
+                snap_lazy, snap_eager = lazy.snapshot(), eager.snapshot()
+            if turn == 12 and snap_lazy is not None:
+                assert lazy.restore(snap_lazy) == eager.restore(snap_eager)
+            if got[2]:
+                break
+        assert dump_tables(lazy._conn) == dump_tables(eager._conn)
+    assert copied_at_reset == 0 and fresh_reads > 8 and copied_at_write > 2
+    lazy.close()
+    eager.close()

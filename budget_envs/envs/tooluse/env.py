@@ -147,7 +147,11 @@ class ToolUseEnv(TextAgentEnv):
             check_int("world_seed", world_seed, lo=0, hi=2**32 - 1), self.split
         )
         self._world: World | None = None
-        self._conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        # The episode's own database: a copy of the start state made at its first write (or
+        # first use that needs it); until then ``_fresh`` and reads go to the world's template,
+        # which holds the same rows and stays warm in the caches for every env of the process.
+        self._own = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        self._fresh = True
         self._task: Task | None = None
         self._gold: orc.Gold | None = None
         self._pr = orc.Progress()
@@ -204,7 +208,7 @@ class ToolUseEnv(TextAgentEnv):
         world = self.world
         self._task = make_task(world, task_id)
         self._gold = orc.Gold(world, self._task)
-        world.copy_into(self._conn)
+        self._fresh = True  # copied at the first write
         self._rows = RowLog()
         self._pr = orc.Progress(revealed=set(self._task.given_orders))
         self._score = 0.0
@@ -360,9 +364,17 @@ class ToolUseEnv(TextAgentEnv):
         return tuple(call_json(name, args) for name, args in calls), tuple(amounts)
 
     # ------------------------------------------------------------------ stepping
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        """The episode's database, copied from the start state now if it has not been yet."""
+        if self._fresh:
+            self.world.copy_into(self._own)
+            self._fresh = False
+        return self._own
+
     def _execute(self, action: str) -> tuple[str, float]:
         name, args = parse_action(action)
-        return self._run(name, args, self._conn)
+        return self._run(name, args)
 
     def _check_visible(self, name: str, args: dict) -> None:
         pr = self._pr
@@ -381,7 +393,11 @@ class ToolUseEnv(TextAgentEnv):
                     f"{args['new_product_id']}."
                 )
 
-    def _run(self, name: str, args: dict, conn: sqlite3.Connection) -> tuple[str, float]:
+    def _run(
+        self, name: str, args: dict, conn: sqlite3.Connection | None = None
+    ) -> tuple[str, float]:
+        """Run a call on the episode's database (``conn`` None) or on ``conn`` (a stale read
+        on the start-of-episode template)."""
         if name == "submit":
             return self._submit(args["answer"])
         if name in self._down:
@@ -390,10 +406,13 @@ class ToolUseEnv(TextAgentEnv):
             conn = self.world.template
         try:
             self._check_visible(name, args)
-            if conn is self._conn:
-                result = self._rows.run(conn, self.world, name, args)
-            else:  # a stale read on the start-of-episode template
+            if conn is not None:
                 result = run_tool(conn, self.world, name, args)
+            elif self._fresh and name not in WRITE_TOOLS:
+                # nothing written yet: the start state answers, as the copy would
+                result = run_tool(self.world.template, self.world, name, args)
+            else:
+                result = self._rows.run(self._conn, self.world, name, args)
         except ToolError as exc:
             return str(exc), 0.0
         self._apply(name, args)
@@ -507,17 +526,17 @@ class ToolUseEnv(TextAgentEnv):
             if name == broken:
                 obs, reward, executed, effect = _down_message(name), 0.0, None, "dropped"
             else:
-                obs, reward = self._run(name, args, self._conn)
+                obs, reward = self._run(name, args)
                 executed, effect = action, "world"
             if self._needs_down_tool():
                 self.lost = True
             return FaultOutcome(f"{obs}\n{notice}", effect, executed, reward)
         if kind == "stale_tool":
             if name not in READ_TOOLS:
-                obs, reward = self._run(name, args, self._conn)
+                obs, reward = self._run(name, args)
                 return FaultOutcome(obs, "none", action, reward)
             self._stale = self._stale | {name}
-            obs, reward = self._run(name, args, self._conn)
+            obs, reward = self._run(name, args)
             return FaultOutcome(obs, "observation", action, reward)
         if kind == "tool_timeout":
             lost = (
@@ -525,13 +544,13 @@ class ToolUseEnv(TextAgentEnv):
                 "may or may not have been applied)."
             )
             if name in WRITE_TOOLS:
-                _, reward = self._run(name, args, self._conn)
+                _, reward = self._run(name, args)
                 return FaultOutcome(lost, "observation", action, reward)
             return FaultOutcome(lost, "dropped")
         if name in READ_TOOLS:
             obs, reward = self._run(name, args, self.world.template)
             return FaultOutcome(obs, "observation", action, reward)
-        obs, reward = self._run(name, args, self._conn)
+        obs, reward = self._run(name, args)
         return FaultOutcome(obs, "none", action, reward)
 
     def no_effect_feedback(self) -> str:
@@ -601,8 +620,10 @@ class ToolUseEnv(TextAgentEnv):
 
     # ------------------------------------------------------------------ snapshots
     def _snapshot_state(self) -> Any:
-        copy_conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-        self._conn.backup(copy_conn)
+        copy_conn = None  # nothing written: the start state, copied again at the first write
+        if not self._fresh:
+            copy_conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            self._own.backup(copy_conn)
         return (
             copy_conn,
             self._task,
@@ -617,7 +638,11 @@ class ToolUseEnv(TextAgentEnv):
 
     def _restore_state(self, payload: Any) -> None:
         copy_conn, task, pr, won, lost, score, rows, self._down, self._stale = payload
-        copy_conn.backup(self._conn)
+        if copy_conn is None:
+            self._fresh = True
+        else:
+            copy_conn.backup(self._own)
+            self._fresh = False
         self._rows = rows.copy()
         if task is not self._task:
             self._task = task
@@ -626,7 +651,7 @@ class ToolUseEnv(TextAgentEnv):
         self.won, self.lost, self._score = won, lost, score
 
     def close(self) -> None:
-        self._conn.close()
+        self._own.close()
         super().close()
 
     def _state_digest(self) -> str:
