@@ -718,3 +718,17 @@ def test_the_episode_database_is_copied_at_its_first_write_with_the_same_transcr
     assert copied_at_reset == 0 and fresh_reads > 8 and copied_at_write > 2
     lazy.close()
     eager.close()
+
+
+def test_tool_results_are_encoded_as_json_dumps_would():
+    from budget_envs.envs.tooluse.env import _ENCODE
+
+    results = [
+        {"customer_id": "cus_0", "name": "Zoë \u00e9\u4e2d", "n": 3, "x": None, "ok": True},
+        {"orders": [{"id": "ord_1", "total": 12.5, "items": []}], "next_cursor": None},
+        {"text": 'quote " backslash \\ newline \n tab \t', "neg": -1, "big": 10**20},
+        [],
+        {},
+    ]
+    for result in results:
+        assert _ENCODE(result) == json.dumps(result, separators=(",", ":"))

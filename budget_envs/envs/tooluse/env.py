@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import json.encoder as _json_encoder
 import logging
 import re
 import sqlite3
@@ -52,6 +53,25 @@ _INSTRUCTIONS = (
 _EMAIL = re.compile(r"<([^<>\s]+@[^<>\s]+)>")
 _QUOTED = re.compile(r'"([^"\n]{1,200})"')
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+if _json_encoder.c_make_encoder is not None:
+    # The C encoder ``json.dumps`` builds at every call, built once: the same text for the
+    # tool results (fresh trees of dicts, lists, str, int, float, None; no cycles to check).
+    _C_ENCODE = _json_encoder.c_make_encoder(
+        None,
+        json.JSONEncoder().default,
+        _json_encoder.encode_basestring_ascii,
+        None,
+        ":",
+        ",",
+        False,
+        False,
+        True,
+    )
+
+    def _ENCODE(result: Any) -> str:  # noqa: N802 - the module's encoder, as before
+        return "".join(_C_ENCODE(result, 0))
+
+
 _SAMPLE_TEXT = ("Call the customer before delivery", DECLINE_NOTE, "", "12 Mill Street, Oakdale")
 _ID_WHAT = {
     "cus": "customer",
@@ -161,6 +181,8 @@ class ToolUseEnv(TextAgentEnv):
         #: (:meth:`_shown_key`, digest): the last :meth:`_state_digest`, reused while the key
         #: is equal.
         self._digest: tuple[tuple, str] | None = None
+        #: :meth:`_shown_key` while :meth:`current_info` runs (else None).
+        self._quick: tuple | None = None
         #: {(id, context, quoted texts): (call texts, amounts)}: the calls a shown id adds, a
         #: pure function of the key in this env's world, so kept across episodes (bounded).
         self._blocks: dict[tuple, tuple[tuple[str, ...], tuple[int, ...]]] = {}
@@ -218,8 +240,16 @@ class ToolUseEnv(TextAgentEnv):
     def _goal(self) -> str:
         return "" if self._task is None else self._task.ticket
 
-    def _admissible(self) -> list[str]:
-        return list(TOOL_NAMES)
+    def _admissible(self) -> tuple[str, ...]:
+        return TOOL_NAMES  # the info's list is made from it
+
+    def current_info(self, invalid: bool = False) -> dict[str, Any]:
+        # the candidate calls and the state digest both check the same cheap key: made once
+        self._quick = self._shown_key()
+        try:
+            return super().current_info(invalid)
+        finally:
+            self._quick = None
 
     def _extra_info(self) -> dict[str, Any]:
         out = {"tools": TOOLS_SCHEMA, "score": self._score}
@@ -246,7 +276,7 @@ class ToolUseEnv(TextAgentEnv):
         # (building it, ~11 JSON texts, was two thirds of a step). The cheap key decides
         # first; the exact one (sorted ids) when it differs.
         memo = self._candidates
-        quick = self._shown_key()
+        quick = self._quick or self._shown_key()
         if memo is not None and memo[0] is task and memo[3] == quick:
             return list(memo[2])
         refunded = sorted(
@@ -661,7 +691,7 @@ class ToolUseEnv(TextAgentEnv):
         Incremental: the rows come from the episode's :class:`RowLog`, not from reading tables;
         and reused while :meth:`_shown_key` is equal.
         """
-        key = self._shown_key()
+        key = self._quick or self._shown_key()
         memo = self._digest
         if memo is not None and memo[0] == key:
             return memo[1]
