@@ -415,7 +415,8 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
                     wire[k] = old
             else:
                 full[k] = wire[k] = v
-        self._keys = list(full)
+        if not delta:  # (with a delta the keys are the previous answer's)
+            self._keys = list(full)
         return full, wire, delta
 
     def _wire(self, obs: BudgetObservation, delta: bool) -> BudgetObservation:
