@@ -51,7 +51,7 @@ from budget_envs.envs.tooluse import ToolUseEnv  # noqa: E402
 from budget_envs.envs.tooluse.tools import call_json  # noqa: E402
 
 ENV_ID = "BudgetMix/ToolUse-v0"
-STEPS = {1: 2000, 64: 100, 256: 40}
+STEPS = {1: 2000, 64: 300, 256: 120}
 ROUNDS = 5
 MAX_SESSIONS = 512
 ECHO_SERVER = """
