@@ -141,9 +141,9 @@ class EnvLane:
     With ``batch`` (the default), the inline calls that arrive in one turn of the event loop
     run together, one after another, at its next turn: under many sessions the loop reads
     every socket that has a message, and each session's handler then reaches its env call.
-    Run back to back, the calls find the env code and data still in the CPU's caches, which
-    interleaved with the other sessions' socket work they do not (a 20 us ToolUse step took
-    70-90 us there). Each call pays one future and one extra turn of the loop.
+    The env calls, then the answers, then the next reads each run back to back instead of
+    interleaved session by session, and the answers leave in bursts the clients read
+    together. Each call pays one future and one extra turn of the loop.
     """
 
     def __init__(
