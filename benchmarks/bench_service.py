@@ -253,11 +253,9 @@ def servers():
 def _env_calls(url):
     import requests
 
-    return (
-        requests.get(url + "/sessions", timeout=30)
-        .json()["env_calls"]["timed"]
-        .get("step", {"runs": 0, "seconds": 0.0})
-    )
+    calls = requests.get(url + "/sessions", timeout=30).json()["env_calls"]
+    step = calls["timed"].get("step", {"runs": 0, "seconds": 0.0})
+    return {**step, "inline": calls["inline"], "batches": calls["batches"]}
 
 
 def _figures(lat, wall, bare, before, after):
@@ -272,6 +270,9 @@ def _figures(lat, wall, bare, before, after):
         "steps_s": len(lat) / wall,
         # the env's step as timed inside the server (its inline runs), against ``bare``
         "served_step_us": served * 1e6,
+        # env calls the server's lane ran per turn of its loop, on average
+        "per_batch": (after["inline"] - before["inline"])
+        / max(after["batches"] - before["batches"], 1),
     }
 
 
@@ -324,7 +325,7 @@ def _summary(rounds):
     med = statistics.median
     out = {}
     for which in ENVS:
-        for key in ("p50_over_ms", "p99_over_ms", "steps_s", "served_step_us"):
+        for key in ("p50_over_ms", "p99_over_ms", "steps_s", "served_step_us", "per_batch"):
             out[f"{which}_{key}"] = med(r[which][key] for r in rounds)
     for floor in FLOORS:
         tag = "" if floor == "echo" else "_bare"
@@ -339,7 +340,7 @@ def _report():
     lines = ["", "service step overhead (latency through the server minus the in-process step)"]
     head = (
         f"{'env':9s} {'sessions':>8s} {'round':>5s} {'p50 ms':>9s} {'p99 ms':>9s} {'steps/s':>9s}"
-        f" {'step us':>8s}"
+        f" {'step us':>8s} {'/batch':>6s}"
     )
     lines.append(head)
     for c, rounds in sorted(RESULTS.items()):
@@ -348,14 +349,14 @@ def _report():
                 r = row[which]
                 lines.append(
                     f"{which:9s} {c:8d} {i:5d} {r['p50_over_ms']:9.3f} {r['p99_over_ms']:9.3f} "
-                    f"{r['steps_s']:9.0f} {r['served_step_us']:8.1f}"
+                    f"{r['steps_s']:9.0f} {r['served_step_us']:8.1f} {r['per_batch']:6.1f}"
                 )
         s = _summary(rounds)
         for which in ENVS:
             lines.append(
                 f"{which:9s} {c:8d} {'med':>5s} {s[which + '_p50_over_ms']:9.3f} "
                 f"{s[which + '_p99_over_ms']:9.3f} {s[which + '_steps_s']:9.0f} "
-                f"{s[which + '_served_step_us']:8.1f}"
+                f"{s[which + '_served_step_us']:8.1f} {s[which + '_per_batch']:6.1f}"
             )
     lines.append("")
     for c, rounds in sorted(RESULTS.items()):
@@ -373,7 +374,8 @@ def _report():
             )
     lines.append(
         "step us: the env's step as timed inside the server (inline runs, medians of rounds); "
-        f"in process, hot: {IN_PROCESS_US[0]:.1f} us"
+        f"in process, hot: {IN_PROCESS_US[0]:.1f} us; /batch: env calls per turn of the "
+        "server's loop"
     )
     if 1 in RESULTS:
         lines.append(
