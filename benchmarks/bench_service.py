@@ -23,7 +23,8 @@ rounds' ratios). Goal: ToolUse's overhead <= 1.5x the echo's at every c; p50 <= 
 Beside it, ``step us``: the session's step call (the env's step and its answer built) as the
 server itself times it (``/sessions``' ``env_calls``), against the env's step in a hot loop in
 process (the figure subtracted above): between two steps of a session the server runs other
-messages, so the step runs with cold caches.
+messages, so the step runs with cold caches. ``/batch``: the env calls the server's lane ran per
+turn of its event loop (see ``EnvLane``), on average.
 """
 
 from __future__ import annotations
