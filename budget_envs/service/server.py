@@ -72,6 +72,8 @@ LANE_WINDOW = 15
 LANE_PROBE_EVERY = 64
 
 _DEFAULT = object()
+#: What a batched call's future holds when the call is to run on the worker thread instead.
+_TO_WORKER = object()
 
 #: Value types a reset answer reuses from the previous answer when equal (``_full_info``).
 _OMITTABLE = (str, list, dict)
@@ -227,7 +229,10 @@ class EnvLane:
         self._pending.append((kind, call, future, probe))
         if len(self._pending) == 1:
             loop.call_soon(self._run_pending)
-        return await future
+        result = await future
+        if result is _TO_WORKER:  # its kind turned slow earlier in its batch
+            return await self._on_worker(call)
+        return result
 
     def _run_pending(self) -> None:
         """Run the calls gathered since the last turn of the loop, in arrival order."""
@@ -237,7 +242,7 @@ class EnvLane:
             if future.cancelled():  # its session went away meanwhile
                 continue
             if kind in self._slow and not probe:  # turned slow earlier in this batch
-                asyncio.ensure_future(self._relay(call, future))
+                future.set_result(_TO_WORKER)
                 continue
             self.counts["inline"] += 1
             try:
@@ -245,16 +250,6 @@ class EnvLane:
             except Exception as exc:  # the caller gets it as is
                 future.set_exception(exc)
             else:
-                future.set_result(result)
-
-    async def _relay(self, call: Any, future: asyncio.Future) -> None:
-        try:
-            result = await self._on_worker(call)
-        except Exception as exc:
-            if not future.cancelled():
-                future.set_exception(exc)
-        else:
-            if not future.cancelled():
                 future.set_result(result)
 
     async def _on_worker(self, call: Any) -> Any:
