@@ -45,6 +45,7 @@ __all__ = [
     "STOP_REASONS",
     "VISIBILITY",
     "GENERIC_KINDS",
+    "MAX_TEXT_LENGTH",
     "PRINTABLE",
     "UNREACHABLE",
     "ArmedFault",
@@ -65,6 +66,12 @@ UNREACHABLE = 10**6
 
 #: Room left at the end of every observation for lines that wrappers append (the budget line).
 WRAPPER_RESERVE = 256
+
+#: ``max_length`` of the ``Text`` observation and action spaces of every id (characters): one
+#: space shared by every family, so a vector env can mix families. Large enough for every
+#: family's longest action (a ToolUse call with long arguments) and observation (a web page);
+#: the bound costs nothing per step (AsyncVectorEnv sends the strings, not buffers of this size).
+MAX_TEXT_LENGTH = 16384
 
 #: Fault kinds every env offers; a family adds its own through ``fault_kinds()``.
 GENERIC_KINDS: tuple[str, ...] = ("slip", "drop", "garble")
@@ -234,9 +241,10 @@ class TextAgentEnv(gym.Env[str, str]):
 
     #: Whether ``oracle_actions()`` / ``cost_to_go()`` are exact (True) or a documented heuristic.
     oracle_exact: ClassVar[bool] = True
-    #: Default bounds on action and observation length, in characters.
-    default_max_action_length: ClassVar[int] = 4096
-    default_max_observation_length: ClassVar[int] = 16384
+    #: Default bounds on action and observation length, in characters: the same in every family
+    #: (:data:`MAX_TEXT_LENGTH`), so every id has the same spaces.
+    default_max_action_length: ClassVar[int] = MAX_TEXT_LENGTH
+    default_max_observation_length: ClassVar[int] = MAX_TEXT_LENGTH
     #: Whether the family keeps a native snapshot (``_snapshot_state``); else prefix replay.
     native_snapshot: ClassVar[bool] = False
     #: The cell (visibility, persistence) of each of the family's own kinds, and of any generic
@@ -464,7 +472,7 @@ class TextAgentEnv(gym.Env[str, str]):
             info["fault"] = {
                 "kind": armed.kind,
                 "action": action if isinstance(action, str) else repr(action),
-                "executed": outcome.executed,
+                "executed": outcome.executed or "",
                 "effect": outcome.effect,
                 "cell": list(self.fault_cells()[armed.kind]),
             }
@@ -530,6 +538,12 @@ class TextAgentEnv(gym.Env[str, str]):
             "turn": self.turn,
         }
         info.update(self._extra_info())
+        # Actions to send as they are, in every family: the admissible commands unless the
+        # family builds its own (tool calls, concrete searches); none once the episode is over.
+        if self._done:
+            info["candidate_actions"] = []
+        elif "candidate_actions" not in info:
+            info["candidate_actions"] = list(info["admissible_actions"])
         info["state_hash"] = self.state_hash()
         return info
 

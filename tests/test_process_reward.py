@@ -86,7 +86,7 @@ def _slip_signals(env_id, task_seeds, fault_seeds, at_turns=(1,), **kwargs):
             if terminated or truncated:
                 break
         fault = info.get("fault")
-        if fault is None or fault["executed"] is None or fault["cost_before"] is None:
+        if fault is None or fault["executed"] == "" or fault["cost_before"] < 0:
             continue
         if info["lost"]:
             continue

@@ -505,7 +505,7 @@ def test_tool_error_changes_nothing():
     obs, _, _, _, info = env.step(act)
     assert obs.startswith("Error:") and "transient" in obs
     assert _state(env) == before and env.cost_to_go() == cost
-    assert info["fault"]["executed"] is None and info["fault"]["effect"] == "dropped"
+    assert info["fault"]["executed"] == "" and info["fault"]["effect"] == "dropped"
 
 
 def test_tool_timeout_runs_writes_but_hides_every_result():

@@ -361,7 +361,7 @@ def test_faults(env):
     view, cost = env._view, env.cost_to_go()
     env.arm_fault("http_error", rng)
     obs, _, _, _, info = env.step(env.oracle_actions()[0])
-    assert obs.startswith(("HTTP 500", "HTTP 503")) and info["fault"]["executed"] is None
+    assert obs.startswith(("HTTP 500", "HTTP 503")) and info["fault"]["executed"] == ""
     assert info["fault"]["effect"] == "dropped" and info["turn"] == 1
     assert env.cost_to_go() == cost and env._view == view
     action = env.oracle_actions()[0]

@@ -86,7 +86,7 @@ def test_truncated_exactly_at_t_and_never_terminated_by_wrapper(spec, end, seed)
         summary = info["episode_summary"]
         assert summary["used"] == turns == min(limit, end or limit)
         assert summary["won"] == (end is not None and end <= limit)
-        assert summary["first_success_turn"] == (end if summary["won"] else None)
+        assert summary["first_success_turn"] == (end if summary["won"] else -1)
 
 
 @pytest.mark.parametrize(
@@ -251,7 +251,12 @@ def _fault_turns(env, seed, turns):
 )
 def test_faults_fire_exactly_as_scheduled(at, max_faults, seed, kinds):
     env = ErrorInjection(
-        ToyEnv(), kinds=kinds, at_turn=sorted(at) or None, max_faults=max_faults, seed=seed
+        ToyEnv(),
+        kinds=kinds,
+        at_turn=sorted(at) or None,
+        rate=0.0,  # only the scheduled turns (kinds alone would fire at the default rate)
+        max_faults=max_faults,
+        seed=seed,
     )
     fired = _fault_turns(env, seed, 30)
     expected = sorted(at)[: max_faults if max_faults is not None else None]
@@ -281,6 +286,32 @@ def test_rate_schedule_is_seeded_and_capped(rate, seed, max_faults):
         assert len(first) == (40 if max_faults is None else min(40, max_faults))
     if rate == 0.0:
         assert first == []
+
+
+@pytest.mark.parametrize("faults", ["slip", ["slip", "drop"], {"kinds": "slip", "seed": 3}])
+def test_faults_by_kind_alone_fire_at_the_default_rate(faults):
+    """faults= given by kind without a trigger fires at DEFAULT_RATE, never silently nothing."""
+    from budget_envs.wrappers.faults import DEFAULT_RATE
+
+    env = gym.make("BudgetMix/ToolUse-v0", faults=faults, budget=20, level=1)
+    assert env.get_wrapper_attr("rate") == DEFAULT_RATE
+    turns = fired = 0
+    for episode in range(20):
+        _, info = env.reset(seed=episode)
+        done = False
+        while not done:
+            action = (env.unwrapped.oracle_actions() or info["candidate_actions"])[0]
+            *_, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
+            turns += 1
+        fired += len(info["faults"])
+    assert fired > 0
+    assert stats.binomtest(fired, turns, DEFAULT_RATE).pvalue > 1e-3, (fired, turns)
+
+
+def test_explicit_zero_rate_without_turns_fires_nothing():
+    env = ErrorInjection(ToyEnv(), kinds="drop", rate=0.0, seed=0)
+    assert _fault_turns(env, 0, 40) == []
 
 
 def test_rate_matches_probability():
@@ -356,7 +387,7 @@ def test_fault_records_measure_damage():
     env.reset(seed=1)
     env.step("look")
     obs, _, _, _, info = env.step("look")
-    assert obs == "Nothing happens." and info["fault"]["executed"] is None
+    assert obs == "Nothing happens." and info["fault"]["executed"] == ""
     assert info["fault"]["cost_after"] == info["fault"]["cost_before"]
     assert info["turn"] == 2
 

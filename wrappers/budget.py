@@ -10,6 +10,7 @@ from budget_envs.wrappers.budget_spec import BudgetSpec, parse_budget
 from gymnasium.envs.registration import EnvSpec
 
 from budget_envs.core import PRINTABLE
+from budget_envs.info import NO_TURN
 
 __all__ = ["BudgetWrapper", "VISIBILITIES"]
 
@@ -36,7 +37,9 @@ class BudgetWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
     ``info["budget"]`` holds ``{"limit", "used", "remaining"}`` on every reset and step; the step
     that ends the episode adds ``info["episode_summary"]`` with the limit, turns used, whether the
     task was won, the first success turn (the turn on which the env terminated with
-    ``info["won"]``; the contract says a win always terminates) and the stop reason. The step
+    ``info["won"]``; the contract says a win always terminates; ``-1`` when not won) and the stop
+    reason (``""`` when the env ended the episode without saying why). Every value keeps one
+    type in every episode, so Gymnasium's vector envs can batch infos of won and lost episodes. The step
     that truncates sets ``info["stop_reason"] = "budget"`` (the env sets ``"won"`` or ``"lost"``
     on the step that terminates).
 
@@ -232,8 +235,11 @@ class BudgetWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
                 "limit": limit,
                 "used": used,
                 "won": self._first_success is not None,
-                "first_success_turn": self._first_success,
-                "stop_reason": info.get("stop_reason"),
+                # Never None: gymnasium's vector envs batch every info key into one typed array.
+                "first_success_turn": NO_TURN
+                if self._first_success is None
+                else self._first_success,
+                "stop_reason": str(info.get("stop_reason") or ""),
             }
         if self._show is not None:
             obs = self._annotate(obs)

@@ -10,11 +10,16 @@ import numpy as np
 
 from budget_envs.core import CELLS, GENERIC_KINDS
 from budget_envs.errors import UnknownFaultKind
+from budget_envs.info import NO_TURN
 
-__all__ = ["ErrorInjection", "GENERIC_KINDS"]
+__all__ = ["DEFAULT_RATE", "ErrorInjection", "GENERIC_KINDS"]
 
 _SEED_TAG = 0xFA017
 _BLOCK = 64
+
+#: The per-turn fault probability when faults are asked for by kind alone (no ``at_turn``, no
+#: ``rate``): ``gymnasium.make(id, faults="slip")`` fires on about one turn in ten.
+DEFAULT_RATE = 0.1
 
 
 def _check_cells(cells: Any) -> frozenset[tuple[str, str]] | None:
@@ -85,13 +90,16 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
     ``env.unwrapped`` only for the oracle's ``cost_to_go`` before and after the fault.
 
     When: ``at_turn`` (one turn or several, 1-based) fires for sure; ``rate`` fires on any turn
-    with that probability; ``max_faults`` caps the faults per episode. The kind is drawn with the
+    with that probability; ``max_faults`` caps the faults per episode. With neither ``at_turn``
+    nor ``rate`` given, ``rate`` is :data:`DEFAULT_RATE` (0.1), so faults asked for by kind
+    alone (``faults="slip"``) do fire; ``rate=0`` given explicitly with no ``at_turn`` fires
+    none (a sweep's zero point). The kind is drawn with the
     weights of ``kinds``. Every draw comes from the wrapper's generator, seeded from ``seed`` and
     from ``reset(seed=...)``, so the same seeds give the same faults.
 
     A faulty turn is still a turn (the budget counts it). ``info["fault"]`` on that turn holds the
-    kind, the turn, the agent's action, the action executed (None when nothing ran), the effect
-    (see :data:`budget_envs.core.FAULT_EFFECTS`) and the oracle cost-to-go before and after (None
+    kind, the turn, the agent's action, the action executed (``""`` when nothing ran), the effect
+    (see :data:`budget_envs.core.FAULT_EFFECTS`) and the oracle cost-to-go before and after (-1
     when the env has no oracle): the damage in turns. A fault due on a turn of a finished episode
     does not happen (nothing is recorded).
     ``info["faults"]`` lists the episode's faults so far, on every reset and step.
@@ -106,7 +114,7 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
         >>> obs, reward, terminated, truncated, info = env.step(env.unwrapped.oracle_actions()[0])
         >>> fault = info["fault"]
         >>> fault["kind"], fault["turn"], fault["executed"]
-        ('drop', 1, None)
+        ('drop', 1, '')
         >>> fault["cost_after"] == fault["cost_before"]  # nothing ran, nothing was lost
         True
     """
@@ -117,7 +125,7 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
         kinds: str | Iterable[str] | Mapping[str, float] | None = None,
         cells: Iterable[tuple[str, str] | str] | None = None,
         at_turn: int | Iterable[int] | None = None,
-        rate: float = 0.0,
+        rate: float | None = None,
         max_faults: int | None = None,
         seed: int | None = None,
     ) -> None:
@@ -192,6 +200,9 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
                 raise ValueError(
                     f"at_turn values must be ints >= 1 (1-based turns), got {at_turn!r}"
                 )
+        given_rate = rate
+        if rate is None:
+            rate = DEFAULT_RATE if at_turn is None else 0.0
         if isinstance(rate, bool) or not isinstance(rate, (int, float, np.floating, np.integer)):
             raise TypeError(f"rate must be a probability, got {rate!r}")
         if not 0.0 <= float(rate) <= 1.0:
@@ -205,7 +216,7 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
             kinds=given_kinds,
             cells=cells,
             at_turn=at_turn,
-            rate=rate,
+            rate=given_rate,
             max_faults=max_faults,
             seed=seed,
         )
@@ -305,11 +316,13 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
         return obs, reward, terminated, truncated, info
 
     # ------------------------------------------------------------------ damage
-    def _cost(self) -> int | None:
+    def _cost(self) -> int:
+        """The oracle's cost-to-go, or ``NO_TURN`` (-1) without an oracle (never None: infos of
+        every episode keep one type, so vector envs can batch them)."""
         oracle = getattr(self.env.unwrapped, "cost_to_go", None)
         if oracle is None:
-            return None
+            return NO_TURN
         try:
             return int(oracle())
         except NotImplementedError:
-            return None
+            return NO_TURN

@@ -132,7 +132,6 @@ class ToolUseEnv(TextAgentEnv):
 
     oracle_exact = True
     native_snapshot = True
-    default_max_action_length = 16384
     #: A slipped call's result names no call, so it reads as the answer to the agent's own call.
     family_fault_cells = {
         "slip": ("silent", "transient"),

@@ -427,8 +427,10 @@ class Shop:
             records.append(
                 {
                     "goal": goal,
-                    "product": product,
-                    "price": None if product is None else product["price"],
+                    # {} and 0.0 when nothing was bought for this item: never None, so the
+                    # purchase in info batches in vector envs (docs/info-keys.md).
+                    "product": {} if product is None else product,
+                    "price": 0.0 if product is None else product["price"],
                     "options": {} if product is None else product["options"],
                     "reward": best,
                 }

@@ -13,7 +13,13 @@ import gymnasium as gym
 from budget_envs.core import TextAgentEnv
 from budget_envs.eval.agents import AgentError
 from budget_envs.eval.runner.plan import EpisodeJob, default_t_max, make_env
-from budget_envs.eval.runner.records import EpisodeRecord, episode_job_fields, obs_digest
+from budget_envs.eval.runner.records import (
+    EpisodeRecord,
+    episode_job_fields,
+    fault_record,
+    first_success,
+    obs_digest,
+)
 
 __all__ = ["agrees", "run_episode", "transcript"]
 
@@ -94,14 +100,13 @@ class EpisodeLog:
         self, error: str | None, tokens: dict[str, int] | None, agent_turns: Any
     ) -> EpisodeRecord:
         job, info = self.job, self.info
-        summary = info.get("episode_summary") or {}
-        first = summary.get("first_success_turn") if error is None else None
+        first = first_success(info.get("episode_summary")) if error is None else None
         return EpisodeRecord(
             **episode_job_fields(job),
             turns=self.turns,
             won=bool(first is not None),
             first_success_turn=first,
-            faults=[dict(f) for f in info.get("faults", ())],
+            faults=[fault_record(f) for f in info.get("faults", ())],
             oracle_agreement=self.agreement,
             wall_time=time.perf_counter() - self.start,
             tokens=tokens,

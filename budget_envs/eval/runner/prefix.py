@@ -24,7 +24,12 @@ import gymnasium as gym
 from budget_envs.eval.agents import AgentError
 from budget_envs.eval.runner.episode import agent_info, usage
 from budget_envs.eval.runner.plan import EvalPlan, PrefixJob
-from budget_envs.eval.runner.records import PrefixRecord, obs_digest, prefix_digest
+from budget_envs.eval.runner.records import (
+    PrefixRecord,
+    first_success,
+    obs_digest,
+    prefix_digest,
+)
 
 __all__ = [
     "PrefixJob",
@@ -217,8 +222,7 @@ def run_prefix(
             obs, _, terminated, truncated, info = env.step(action)
             played.append(action if isinstance(action, str) else repr(action))
             turns += 1
-        summary = info.get("episode_summary") or {}
-        first = summary.get("first_success_turn")
+        first = first_success(info.get("episode_summary"))
         stop = info.get("stop_reason")
     except AgentError as exc:
         error = f"AgentError: {exc}"

@@ -29,6 +29,8 @@ __all__ = [
     "ProbeRecord",
     "RecordsWriter",
     "error_record",
+    "fault_record",
+    "first_success",
     "load_records",
 ]
 
@@ -36,6 +38,25 @@ logger = logging.getLogger(__name__)
 
 RECORDS_FILE = "records.jsonl"
 CONFIG_FILE = "config.json"
+
+
+def first_success(summary: dict[str, Any] | None) -> int | None:
+    """The first success turn of ``info["episode_summary"]`` as a record keeps it: ``None``
+    when the episode was not won (info says -1, ``NO_TURN``, so vector envs can batch it)."""
+    turn = (summary or {}).get("first_success_turn")
+    return None if turn is None or int(turn) < 1 else int(turn)
+
+
+def fault_record(fault: dict[str, Any]) -> dict[str, Any]:
+    """An ``info["faults"]`` entry as a record keeps it: ``executed`` None when nothing ran and
+    the costs None without an oracle (info says ``""`` and -1, typed for vector envs)."""
+    out = dict(fault)
+    if out.get("executed") == "":
+        out["executed"] = None
+    for key in ("cost_before", "cost_after"):
+        if key in out and out[key] is not None and int(out[key]) < 0:
+            out[key] = None
+    return out
 
 
 @dataclass
