@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -13,10 +14,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from budget_envs._util import cache_root, check_int, check_levels
+from budget_envs._util import cache_root, check_int, check_levels, missing_dependency
 from budget_envs._util import names_entity as _names
 from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
-from budget_envs.envs.alfworld import generate
+from budget_envs.envs.alfworld import _deps, generate
 from budget_envs.envs.alfworld.engine import AlfredEngine, GameFileError
 from budget_envs.envs.alfworld.oracle import ExpertError, HandcodedOracle, ModelOracle, PlanOracle
 from budget_envs.errors import ActionRejected, UnknownSplit
@@ -29,6 +30,19 @@ _ORACLES = ("model", "planner", "handcoded")
 _GOAL = re.compile(r"Your task is to: (.*?)\.?\s*$", re.S)
 # alfworld 0.3's put command: its literal "put X in/on Y", or "put X in Y" / "put X on Y".
 _LEGACY_PUT = re.compile(r"^\s*put\s+(.+?)\s+(?:in/on|in|on)\s+(.+?)\s*$", re.I)
+
+
+def _check_installed() -> None:
+    """Raise the install hint now if alfworld or textworld is missing, without importing them
+    (alfworld's import writes to the environment; both take seconds); otherwise the first reset
+    would be the first to fail."""
+    for module in ("alfworld", "textworld"):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a broken install, or a module without a spec
+            found = False
+        if not found:
+            raise missing_dependency(_deps._WHAT, "alfworld", f"No module named {module!r}")
 
 
 def default_cache_dir() -> Path:
@@ -111,6 +125,10 @@ class AlfWorldEnv(TextAgentEnv):
             old form. The admissible list stays alfworld's own (``move``).
 
     Snapshots use the base class's prefix replay (reload + replay; loads are cached, so it is cheap).
+
+    Raises:
+        gymnasium.error.DependencyNotInstalled: alfworld or textworld is not installed (the
+            ``alfworld`` extra).
     """
 
     oracle_exact: bool = False
@@ -224,6 +242,7 @@ class AlfWorldEnv(TextAgentEnv):
                 f"({str(self._split_dir)!r}) cannot be filtered by it"
             )
         self.cache_dir = cache_root("alfworld", cache_dir)
+        _check_installed()
         self._ids: list[str] | None = None
         self._paths: dict[str, str] = {}
         self._specs: dict[str, generate.TaskSpec] = {}

@@ -9,6 +9,7 @@ remembers the end of an episode, and adds an exact oracle where the game is smal
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -28,6 +29,7 @@ from budget_envs._util import (
     check_seeds,
     check_split,
     import_optional,
+    missing_dependency,
     split_seed,
 )
 from budget_envs._util import names_entity as _names
@@ -70,8 +72,22 @@ _GRAPHS: OrderedDict[str, StateGraph | None] = OrderedDict()
 _GRAPH_CACHE_SIZE = 16
 
 
+_WHAT = "TextWorld envs"
+
+
 def _import_textworld():
-    return import_optional("textworld", extra="textworld", what="TextWorld envs")
+    return import_optional("textworld", extra="textworld", what=_WHAT)
+
+
+def _check_textworld_installed() -> None:
+    """Raise the install hint now if ``textworld`` is missing, without importing it (it takes
+    seconds); otherwise the first reset would fail inside game generation."""
+    try:
+        found = importlib.util.find_spec("textworld") is not None
+    except (ImportError, ValueError):  # a broken install, or a module without a spec
+        found = False
+    if not found:
+        raise missing_dependency(_WHAT, "textworld", "No module named 'textworld'")
 
 
 def _read_verdict(path: str) -> dict | None:
@@ -159,6 +175,10 @@ class TextWorldEnv(TextAgentEnv):
         oracle_max_states: largest state graph the exact oracle explores; above it the oracle is
             TextWorld's ``policy_commands`` (heuristic) and ``oracle_exact`` is False.
 
+    Raises:
+        gymnasium.error.DependencyNotInstalled: ``textworld`` is not installed (the
+            ``textworld`` extra).
+
     Example:
         The first play of a game generates it (a few seconds), later ones load it from the cache.
 
@@ -233,6 +253,7 @@ class TextWorldEnv(TextAgentEnv):
             self._ids = self._file_tasks(game_files)
         else:
             self._ids = self._generated_tasks(level, self._seed_list(tasks_per_level, seeds))
+        _check_textworld_installed()
         #: Whether the oracle of the current game is exact (set at every load).
         self.oracle_exact = False
         self._tw = None
