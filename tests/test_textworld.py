@@ -7,6 +7,7 @@ every test plays those.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pathlib
 import subprocess
@@ -14,12 +15,14 @@ import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
 from budget_envs.core import UNREACHABLE
 from budget_envs.envs.textworld import CoinCollectorEnv, CookingEnv, TextWorldEnv, TreasureHunterEnv
+from budget_envs.envs.textworld import env as tw_env
 from budget_envs.envs.textworld import generate as gen
 from budget_envs.envs.textworld.env import clean_intro, clean_text, meta_verb
 from budget_envs.envs.textworld.prepare import prepare
@@ -430,3 +433,108 @@ def test_prepare_reports_progress(cache):
     assert all(r.path is not None and r.path.is_file() for r in records)
     with pytest.raises(ValueError):
         prepare("zork", [1], 1, cache)
+
+
+# ---------------------------------------------------------------------- first use and prepare=True
+LAZY_LOGGER = "budget_envs.envs.textworld.env"
+
+
+def lazy_warnings(caplog):
+    return [
+        r
+        for r in caplog.records
+        if r.name == LAZY_LOGGER
+        and r.levelno == logging.WARNING
+        and "generated on first use" in r.getMessage()
+    ]
+
+
+@pytest.fixture
+def fresh_process_warning(monkeypatch):
+    """As in a new process: the once-per-process warning has not been given yet."""
+    monkeypatch.setattr(tw_env, "_warned_lazy_generation", False)
+
+
+def test_first_lazy_generation_warns_once_and_names_prepare(
+    tmp_path, caplog, fresh_process_warning
+):
+    env = TextWorldEnv(level=1, tasks_per_level=2, cache_dir=tmp_path)
+    specs = [gen.GameSpec("custom", 1, s) for s in (0, 1)]
+    assert not any(gen.is_cached(spec, tmp_path) for spec in specs)
+    caplog.set_level(logging.WARNING, logger=LAZY_LOGGER)
+    for task_id in env.task_ids:  # two games generated, one warning
+        env.reset(options={"task_id": task_id})
+    env.close()
+    assert all(gen.is_cached(spec, tmp_path) for spec in specs)
+    (record,) = lazy_warnings(caplog)
+    message = record.getMessage()
+    assert "2-10 s each" in message and "prepare=True" in message
+    command = (
+        "budgetmix prepare textworld --family custom --levels 1 --tasks-per-level 2 "
+        f"--cache-dir {tmp_path}"
+    )
+    assert command in message
+    # The command it names makes exactly this env's games: here, both are already there.
+    cli = pathlib.Path(sys.executable).with_name("budgetmix")
+    out = subprocess.run(
+        [str(cli), *command.split()[1:]], capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr
+    assert "2 of 2 files ready" in out.stdout
+
+
+def test_cached_games_do_not_warn(cache, caplog, fresh_process_warning):
+    caplog.set_level(logging.WARNING, logger=LAZY_LOGGER)
+    env = make(TextWorldEnv, cache, level=1)
+    env.reset(seed=0)
+    env.close()
+    assert lazy_warnings(caplog) == []
+
+
+def test_prepare_generates_every_task_before_reset(tmp_path, caplog, fresh_process_warning):
+    env = gym.make(
+        "BudgetMix/TextWorld-v0", level=1, tasks_per_level=2, prepare=True, cache_dir=tmp_path
+    )
+    assert env.spec.kwargs["prepare"] is True
+    expected = {gen.GameSpec("custom", 1, s).path(tmp_path) for s in (0, 1)}
+    assert set(tmp_path.rglob("*.z8")) == expected
+    assert all(path.with_suffix(".json").is_file() for path in expected)
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="budget_envs.envs.textworld")
+    for task_id in env.unwrapped.task_ids:
+        obs, info = env.reset(options={"task_id": task_id})
+        assert info["task_id"] == task_id
+    env.close()
+    assert lazy_warnings(caplog) == []
+    assert not [r for r in caplog.records if r.getMessage().startswith("generating ")]
+
+
+def test_prepare_lets_a_vector_env_reset_without_generating(
+    tmp_path, caplog, fresh_process_warning
+):
+    kwargs = {"level": 1, "tasks_per_level": 2, "prepare": True, "cache_dir": tmp_path}
+    venv = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("BudgetMix/TextWorld-v0", budget=2, **kwargs)] * 2,
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    assert len(list(tmp_path.rglob("*.z8"))) == 2
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="budget_envs.envs.textworld")
+    venv.reset(seed=0)
+    ended = np.zeros(2, dtype=int)
+    for _ in range(5):  # budget 2: every sub-env ends (and autoresets) at least twice
+        _, _, terminated, truncated, _ = venv.step(["look", "look"])
+        ended += terminated | truncated
+    venv.close()
+    assert ended.min() >= 2, ended
+    assert lazy_warnings(caplog) == []
+    assert not [r for r in caplog.records if r.getMessage().startswith("generating ")]
+
+
+def test_prepare_keeps_cached_games_and_checks_its_argument(cache):
+    before = {p: p.stat().st_mtime_ns for p in cache.rglob("*.z8")}
+    env = TextWorldEnv(level=[1, 2], seeds=[0], cache_dir=cache, prepare=True)
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*.z8")} == before
+    assert {env.game_path(t) for t in env.task_ids} <= set(before)
+    with pytest.raises(TypeError, match="prepare must be a bool, got 'yes'"):
+        TextWorldEnv(level=1, cache_dir=cache, prepare="yes")

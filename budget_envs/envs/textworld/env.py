@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -36,7 +37,7 @@ from budget_envs._util import names_entity as _names
 from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.envs.textworld import generate as gen
 from budget_envs.envs.textworld.oracle import LIVE, QuestRules, StateGraph
-from budget_envs.errors import ActionRejected
+from budget_envs.errors import ActionRejected, GenerationError
 
 __all__ = [
     "CoinCollectorEnv",
@@ -73,6 +74,8 @@ _GRAPH_CACHE_SIZE = 16
 
 
 _WHAT = "TextWorld envs"
+#: Whether this process has already warned that games are generated on first use.
+_warned_lazy_generation = False
 
 
 def _import_textworld():
@@ -171,6 +174,10 @@ class TextWorldEnv(TextAgentEnv):
         game_files: play these ``.z8`` files (each with its ``.json`` beside it) instead.
         cache_dir: where generated games are kept (default: ``$BUDGET_ENVS_CACHE/textworld`` or
             the user cache dir); games are made the first time they are played.
+        prepare: generate every task's game (all of :attr:`task_ids`) now, in parallel, instead
+            of at the first reset that plays it (what ``budgetmix prepare textworld`` does), so
+            no later reset or vector-env autoreset waits for a game. Games already cached are
+            kept; a game that cannot be made raises :class:`~budget_envs.errors.GenerationError`.
         generation_timeout: seconds allowed to generate one game.
         oracle_max_states: largest state graph the exact oracle explores; above it the oracle is
             TextWorld's ``policy_commands`` (heuristic) and ``oracle_exact`` is False.
@@ -214,6 +221,7 @@ class TextWorldEnv(TextAgentEnv):
         split: str = "train",
         game_files: Sequence[str | os.PathLike] | None = None,
         cache_dir: str | os.PathLike | None = None,
+        prepare: bool = False,
         generation_timeout: float = 300.0,
         oracle_max_states: int = 1000,
         render_mode: str | None = None,
@@ -237,6 +245,8 @@ class TextWorldEnv(TextAgentEnv):
             raise ValueError(f"oracle_max_states must be a positive int, got {oracle_max_states!r}")
         if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
             raise TypeError(f"cache_dir must be a path or None, got {cache_dir!r}")
+        if not isinstance(prepare, bool):
+            raise TypeError(f"prepare must be a bool, got {prepare!r}")
         self.cache_dir = cache_dir
         self.generation_timeout = float(generation_timeout)
         self.oracle_max_states = int(oracle_max_states)
@@ -254,6 +264,8 @@ class TextWorldEnv(TextAgentEnv):
         else:
             self._ids = self._generated_tasks(level, self._seed_list(tasks_per_level, seeds))
         _check_textworld_installed()
+        if prepare and self._specs:
+            self._prepare_games()
         #: Whether the oracle of the current game is exact (set at every load).
         self.oracle_exact = False
         self._tw = None
@@ -367,7 +379,82 @@ class TextWorldEnv(TextAgentEnv):
         """The ``.z8`` of ``task_id``, generating it first if it is not cached yet."""
         if task_id in self._files:
             return self._files[task_id]
-        return gen.ensure_game(self._specs[task_id], self.cache_dir, self.generation_timeout)
+        spec = self._specs[task_id]
+        if not _warned_lazy_generation and not gen.is_cached(spec, self.cache_dir):
+            self._warn_lazy_generation(task_id)
+        return gen.ensure_game(spec, self.cache_dir, self.generation_timeout)
+
+    def _grid(self) -> tuple[list[int], list[int]]:
+        """The levels and (split-derived) seeds whose product is this env's generated tasks."""
+        levels = list(dict.fromkeys(spec.level for spec in self._specs.values()))
+        seeds = list(dict.fromkeys(spec.seed for spec in self._specs.values()))
+        return levels, seeds
+
+    def _prepare_command(self) -> str | None:
+        """The ``budgetmix prepare`` command that makes this env's games, if there is one (the
+        CLI takes a count of seeds ``0..n-1``, not an explicit list or a held-out split)."""
+        levels, seeds = self._grid()
+        if self.split != "train" or seeds != list(range(len(seeds))):
+            return None
+        command = (
+            f"budgetmix prepare textworld --family {self.family} "
+            f"--levels {' '.join(map(str, levels))} --tasks-per-level {len(seeds)}"
+        )
+        if self.cache_dir is not None:
+            command += f" --cache-dir {shlex.quote(os.fspath(self.cache_dir))}"
+        return command
+
+    def _warn_lazy_generation(self, task_id: str) -> None:
+        """Say once per process why a reset is slow and how to generate the games beforehand."""
+        global _warned_lazy_generation
+        _warned_lazy_generation = True
+        command = self._prepare_command()
+        if command is None:
+            how = (
+                "; `budgetmix prepare textworld` makes train games of seeds 0..n-1 only, not "
+                "this env's seeds or split"
+            )
+        else:
+            how = f" or run: {command}"
+        logger.warning(
+            "TextWorld games are generated on first use, about 2-10 s each (longer at high "
+            "levels), then loaded from the cache %s; generating %s now. To generate this env's "
+            "%d games beforehand, pass prepare=True (e.g. gymnasium.make(..., prepare=True))%s",
+            gen.cache_root(self.cache_dir),
+            task_id,
+            len(self._specs),
+            how,
+        )
+
+    def _prepare_games(self) -> None:
+        """Generate every task's game now (``prepare=True``), as ``budgetmix prepare`` does."""
+        from budget_envs.envs.textworld.prepare import prepare
+
+        levels, seeds = self._grid()
+        missing = sum(not gen.is_cached(spec, self.cache_dir) for spec in self._specs.values())
+        if missing:
+            logger.info(
+                "generating %d of %d TextWorld games into %s",
+                missing,
+                len(self._specs),
+                gen.cache_root(self.cache_dir),
+            )
+        records = prepare(
+            self.family,
+            levels,
+            seeds,
+            self.cache_dir,
+            timeout=self.generation_timeout,
+            jobs=max(1, min(missing, os.cpu_count() or 1)),
+        )
+        failures = [
+            f"{r.family} level {r.level} seed {r.seed}: {r.error}" for r in records if r.error
+        ]
+        if failures:
+            raise GenerationError(
+                f"prepare=True: {len(failures)} of {len(records)} games could not be generated; "
+                f"first: {failures[0]}"
+            )
 
     # ------------------------------------------------------------------ game lifecycle
     def _open(self, path: str) -> None:
