@@ -209,8 +209,6 @@ class TextWorldEnv(TextAgentEnv):
         "unreachable": ("explicit", "permanent"),
         "silent_unreachable": ("silent", "permanent"),
     }
-    default_max_action_length: ClassVar[int] = 4096
-    default_max_observation_length: ClassVar[int] = 16384
 
     def __init__(
         self,
