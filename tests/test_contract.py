@@ -198,6 +198,49 @@ def test_oracle_solves_in_cost_to_go(env_id):
     env.close()
 
 
+def test_candidates_hold_an_oracle_action_on_an_oracle_episode(env_id):
+    """info["candidate_actions"] is enough to win: on every state of an oracle episode, one of
+    the oracle's actions is among the candidates (the same action, up to JSON key order)."""
+    from budget_envs.eval.runner.episode import agrees
+
+    env = _make(env_id, budget=None)
+    unwrapped = env.unwrapped
+    for task in (0, 1):
+        obs, info = env.reset(seed=0, options={"task_id": task})
+        states = 0
+        while not unwrapped.done:
+            best = unwrapped.oracle_actions()
+            offered = info["candidate_actions"]
+            assert offered and all(isinstance(a, str) for a in offered)
+            hits = [a for a in offered if agrees(a, best)]
+            assert hits, (info["task_id"], states, best, offered[:10])
+            obs, reward, terminated, truncated, info = env.step(hits[0])
+            states += 1
+            assert states < 200
+        assert info["won"] and info["candidate_actions"] == []
+    env.close()
+
+
+def test_sampled_candidates_are_never_invalid(env_id):
+    """Random candidates, sent as they are, are valid turns on every id (faults off)."""
+    env = _make(env_id, budget=12)
+    rng = np.random.default_rng(7)
+    sent = 0
+    for task in (0, 1):
+        obs, info = env.reset(seed=task, options={"task_id": task})
+        while True:
+            offered = info["candidate_actions"]
+            assert offered, "a live episode offers no candidate"
+            action = offered[int(rng.integers(len(offered)))]
+            obs, reward, terminated, truncated, info = env.step(action)
+            sent += 1
+            assert not info["invalid_action"], (action, obs[:300])
+            if terminated or truncated:
+                break
+    assert sent >= 2
+    env.close()
+
+
 def test_snapshot_restore_forks(env_id):
     env = _make(env_id, budget=None)
     unwrapped = env.unwrapped
