@@ -281,3 +281,53 @@ def test_one_vector_env_mixes_every_family(mode):
         venv.close()
     assert (ends >= 2).all(), ends  # every family ended episodes and autoreset
     assert invalid == 0  # candidates are sendable in every family
+
+
+# ---------------------------------------------------------------------- records unchanged
+def test_records_keep_null_and_figures_follow_the_outcomes(tmp_path):
+    """The typed infos (-1, "") never reach the records: a lost episode's first success turn and
+    a dropped fault's executed action stay null, and Pass@(1,T) and recovery computed by the
+    metrics equal the same figures counted from each record's won and turns."""
+    from budget_envs.eval.metrics import first_success_matrix, pass_at_kt, recovery_table
+    from budget_envs.eval.runner import EvalPlan, load_records, run_plan
+
+    plan = EvalPlan(
+        env_ids=["BudgetMix/ToolUse-v0"],
+        agents={"eps": "oracle:epsilon=0.5", "random": "random"},
+        tasks=4,
+        samples=3,
+        budgets=[10],
+        fault_turns=[1, 2],
+        fault_kinds=("drop", "slip"),
+        env_kwargs={"level": 1},
+    )
+    run_plan(plan, tmp_path)
+    records = [r for r in load_records(tmp_path) if r.get("record", "episode") == "episode"]
+    won = [r for r in records if r["won"]]
+    lost = [r for r in records if not r["won"]]
+    dropped = [f for r in records for f in r["faults"] if f["effect"] == "dropped"]
+    assert won and lost and dropped, (len(won), len(lost), len(dropped))
+    for r in records:
+        if r["won"]:
+            assert r["first_success_turn"] == r["turns"] and r["stop_reason"] == "won"
+        else:
+            assert r["first_success_turn"] is None
+        for f in r["faults"]:
+            assert isinstance(f["cost_before"], int) and f["cost_before"] >= 0
+            assert (f["executed"] is None) == (f["effect"] == "dropped"), f
+    for agent in ("eps", "random"):
+        clean = [r for r in records if r["agent"] == agent and r["fault_turn"] is None]
+        for t in (3, 6, 10):
+            tasks, matrix = first_success_matrix(clean, t)
+            got = float(pass_at_kt(matrix, [1], [t])[0, 0])
+            by_task = {}
+            for r in clean:
+                by_task.setdefault(r["task_id"], []).append(r["won"] and r["turns"] <= t)
+            want = float(np.mean([np.mean(v) for v in by_task.values()]))
+            assert got == pytest.approx(want), (agent, t)
+        faulted = [r for r in records if r["agent"] == agent]
+        rows = recovery_table(faulted)
+        assert {row.fault_turn for row in rows} == {1, 2}
+        for row in rows:
+            group = [r for r in faulted if r["fault_turn"] == row.fault_turn]
+            assert row.success == pytest.approx(np.mean([r["won"] for r in group]))
