@@ -30,3 +30,14 @@ def pytest_runtest_makereport(item, call):
     if _CI and report.skipped and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped under CI=true (a skip hides a gap): {report.longrepr}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    report = outcome.get_result()
+    # A module-level skip (pytest.importorskip at import) is a collection report, not a test's:
+    # under CI it fails the same way.
+    if _CI and report.skipped:
+        report.outcome = "failed"
+        report.longrepr = f"module skipped under CI=true (a skip hides a gap): {report.longrepr}"
