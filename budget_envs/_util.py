@@ -48,11 +48,15 @@ __all__ = [
 def missing_dependency(what: str, extra: str, cause: BaseException | str) -> DependencyNotInstalled:
     """The error for ``what`` needing the pip extra ``extra`` (``cause``: the failed import).
 
+    The hint installs from a clone or a git URL: budget-envs is on no package index.
+
     >>> print(missing_dependency("figures", "plots", "No module named 'matplotlib'"))
-    figures: missing the "plots" extra; pip install "budget-envs[plots]" (No module named 'matplotlib')
+    figures: missing the "plots" extra; in a clone of budget-envs: pip install -e ".[plots]", or
+    pip install "budget-envs[plots] @ git+file:///path/to/budget-envs" (No module named 'matplotlib')
     """
     return DependencyNotInstalled(
-        f'{what}: missing the "{extra}" extra; pip install "budget-envs[{extra}]" ({cause})'
+        f'{what}: missing the "{extra}" extra; in a clone of budget-envs: pip install -e ".[{extra}]",'
+        f' or pip install "budget-envs[{extra}] @ git+file:///path/to/budget-envs" ({cause})'
     )
 
 
@@ -64,7 +68,7 @@ def import_optional(module: str, *, extra: str, what: str) -> ModuleType:
     >>> import_optional("no_such_module_xyz", extra="plots", what="figures")
     Traceback (most recent call last):
         ...
-    gymnasium.error.DependencyNotInstalled: figures: missing the "plots" extra; pip install "budget-envs[plots]" (No module named 'no_such_module_xyz')
+    gymnasium.error.DependencyNotInstalled: figures: missing the "plots" extra; in a clone of budget-envs: pip install -e ".[plots]", or pip install "budget-envs[plots] @ git+file:///path/to/budget-envs" (No module named 'no_such_module_xyz')
     """
     try:
         return importlib.import_module(module)
