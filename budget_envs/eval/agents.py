@@ -21,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from budget_envs._util import tool_call_action
 from budget_envs.errors import AgentError
+from budget_envs.eval.prompts import DEFAULT_PROMPTS, system_prompt
 
 __all__ = [
     "Agent",
@@ -140,38 +141,6 @@ class OracleAgent:
         return self._random.act(observation, info)
 
 
-# ---------------------------------------------------------------------- chat agent
-#: The system prompt of an env whose registry row has none. A family's own prompt is on its
-#: registry row (``EnvEntry.prompt``); ``ChatAgent(prompts=...)`` overrides both per family.
-DEFAULT_PROMPTS: dict[str, str] = {
-    "default": (
-        "You are an agent in a text environment. Each message is what you observe. Reply with "
-        "exactly one action as plain text, nothing else."
-    ),
-}
-
-
-def system_prompt(env_id: str, info: Mapping[str, Any], prompts: Mapping[str, str]) -> str:
-    """The system prompt for an episode of ``env_id`` starting with ``info``.
-
-    In order: ``prompts[<the row's family>]``, ``prompts[env_id]``, the registry row's own
-    prompt, ``prompts["default"]``. An id that is not registered gets the default prompt.
-    """
-    from gymnasium.error import NameNotFound
-
-    from budget_envs.registry import entry_for
-
-    default = prompts.get("default", DEFAULT_PROMPTS["default"])
-    try:
-        entry = entry_for(env_id)
-    except NameNotFound:  # an env that is not a registry row (a user's own id)
-        return prompts.get(env_id, default)
-    for key in (entry.family, env_id):
-        if key in prompts:
-            return prompts[key]
-    return entry.chat_prompt(info) or default
-
-
 # ---------------------------------------------------------------------- specs
 def _value_at(spec: str, i: int) -> tuple[Any, int]:
     """The value starting at ``spec[i]`` and the index after it.
@@ -286,7 +255,7 @@ def make_agent(spec: str | Mapping[str, Any], *, seed: int = 0) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    # ChatAgent lives in budget_envs.eval.chat (which imports this module); kept importable here.
+    # ChatAgent lives in budget_envs.eval.chat, imported on first use; kept importable here.
     if name == "ChatAgent":
         from budget_envs.eval.chat import ChatAgent
 

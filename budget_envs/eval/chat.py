@@ -37,7 +37,7 @@ from typing import Any
 
 from budget_envs._util import require, tool_calls_action
 from budget_envs.errors import AgentError, PreflightError
-from budget_envs.eval.agents import DEFAULT_PROMPTS, system_prompt
+from budget_envs.eval.prompts import DEFAULT_PROMPTS, system_prompt
 
 __all__ = ["ChatAgent", "ChatEpisode", "Clock", "split_reasoning"]
 
