@@ -27,18 +27,39 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from budget_envs.envs.webshop.catalogue import Product
 from budget_envs.errors import TaskGenerationError
 
-if TYPE_CHECKING:
-    from budget_envs.envs.webshop.shop import Shop
-
-__all__ = ["LEVELS", "GoalItem", "Task", "TaskGenerationError", "make_task", "parse_task_id"]
+__all__ = [
+    "LEVELS",
+    "Catalogue",
+    "GoalItem",
+    "Task",
+    "TaskGenerationError",
+    "make_task",
+    "parse_task_id",
+]
 
 LEVELS = (1, 2, 3, 4, 5)
 PAGE_SIZE = 10
+
+
+class Catalogue(Protocol):
+    """What task generation reads of a shop (:class:`~budget_envs.envs.webshop.shop.Shop` is
+    one): the products, by type, searchable. The shop builds its tasks with this module, so
+    this module names no shop."""
+
+    seed: int
+    products: list[Product]
+    by_type: dict[int, list[Product]]
+    unseen_types: bool
+    unseen_products: list[Product]
+
+    def product(self, asin: str) -> Product: ...
+
+    def search_asins(self, query: str) -> list[str]: ...
 
 
 @dataclass
@@ -139,7 +160,7 @@ def _matches(p: Product, attrs: list[str], options: dict[str, str], price_upper:
     return True
 
 
-def _near_misses(shop: Shop, p: Product, attrs, options, price_upper) -> int:
+def _near_misses(shop: Catalogue, p: Product, attrs, options, price_upper) -> int:
     """Products of the same type failing exactly one constraint."""
     count = 0
     for q in shop.by_type[p.type_index]:
@@ -191,7 +212,7 @@ def _level_params(level: int, rng: random.Random) -> dict[str, Any]:
 
 
 def _draw_item(
-    shop: Shop,
+    shop: Catalogue,
     rng: random.Random,
     params: dict[str, Any],
     single: bool,
@@ -266,7 +287,7 @@ def _draw_item(
     )
 
 
-def make_task(shop: Shop, task_id: str) -> Task:
+def make_task(shop: Catalogue, task_id: str) -> Task:
     """Build task ``task_id`` (e.g. ``"L2-0007"``) on ``shop``'s catalogue, deterministically.
 
     A ``test_unseen/`` task needs a shop with the held-out types and draws its goals from them
