@@ -1,0 +1,84 @@
+"""The study folder: where each stage writes, and the records the report reads back::
+
+    policies/<family>/hidden/s<seed>/warm/           the warm start the hidden arms share
+    policies/<family>/remaining/s<seed>/warm_<arm>/  a visible arm's own warm start
+    policies/<family>/<visibility>/s<seed>/<arm>/    each arm's policy (warm start + PPO)
+    eval/<family>/<visibility>/s<seed>/             the eval run while it runs (resumable)
+    records/<family>__<visibility>__s<seed>.jsonl.gz the finished eval records (committed)
+    compare/<family>__<visibility>__<arm>/          ``budgetmix compare`` outputs per arm pair
+    tables/*.md, tables/*.csv                       the report's tables (same bytes on a re-run)
+
+Policies and eval run folders are checkpoints, not results: only ``records/`` and ``tables/``
+are meant to be committed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from budget_envs.study.spec import Family
+
+
+def policy_root(out: Path, fam: Family, vis: str, seed: int) -> Path:
+    return out / "policies" / fam.name / vis / f"s{seed}"
+
+
+def warm_root(out: Path, fam: Family, vis: str, seed: int, arm: str) -> Path:
+    """The warm start an arm's PPO resumes: shared by the hidden arms, one per visible arm."""
+    root = policy_root(out, fam, vis, seed)
+    return root / "warm" if vis == "hidden" else root / f"warm_{arm}"
+
+
+def records_path(out: Path, fam: Family, vis: str, seed: int) -> Path:
+    return out / "records" / f"{fam.name}__{vis}__s{seed}.jsonl.gz"
+
+
+def agent_name(arm: str, seed: int) -> str:
+    return f"{arm}@s{seed}"
+
+
+def compress_records(src: Path, dst: Path) -> None:
+    """Gzip the records with a fixed header (no file name, no time), one line per record key
+    (a retried episode's earlier error line is dropped)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    latest: dict[str, str] = {}
+    for line in src.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            if not record.get("error"):
+                latest[record["key"]] = line
+    tmp = dst.with_suffix(".tmp")
+    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as z:
+        z.write(("\n".join(latest.values()) + "\n").encode("utf-8"))
+    tmp.replace(dst)
+
+
+def load_study_records(out: str | os.PathLike) -> list[dict[str, Any]]:
+    """Every record under ``out/records/``, each with ``study_seed`` and ``study_visibility``.
+
+    The seed is appended to ``task_id`` (``"<task>|s<seed>"``) and dropped from the agent name,
+    so an arm's surface pools its seeds and a paired comparison pairs the same task under the
+    same training seed: bootstrap intervals then resample (task, seed) units.
+    """
+    folder = Path(out) / "records"
+    paths = sorted(folder.glob("*.jsonl.gz"))
+    if not paths:
+        raise FileNotFoundError(f"no study records (*.jsonl.gz) in {folder}")
+    records = []
+    for path in paths:
+        family, vis, seed_part = path.name[: -len(".jsonl.gz")].split("__")
+        seed = int(seed_part[1:])
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                r = json.loads(line)
+                r["study_family"], r["study_visibility"], r["study_seed"] = family, vis, seed
+                r["task_id"] = f"{r['task_id']}|s{seed}"
+                r["agent"] = r["agent"].split("@s")[0]
+                records.append(r)
+    return records
