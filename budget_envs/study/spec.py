@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 #: The arms, in report order: name -> how its training budget derives from (tight, generous).
@@ -18,6 +18,7 @@ ARMS: dict[str, str] = {
     "mix_log": "BudgetMix log-uniform over tight..generous",
 }
 VISIBILITIES = ("hidden", "remaining")
+#: The untrained baseline every arm is evaluated beside (its agent spec is its name).
 RANDOM = "random"
 
 
@@ -131,22 +132,31 @@ class StudySpec:
         return cls(**fields)
 
 
+def _tooluse(**sizes: Any) -> Family:
+    """ToolUse level 1, trained in world 0 and evaluated in world 1 (unseen tasks): the family
+    every preset has; ``sizes`` gives its budgets and run sizes."""
+    return Family(
+        name="tooluse",
+        env_id="BudgetMix/ToolUse-v0",
+        train_kwargs={"level": 1, "world_seed": 0},
+        eval_kwargs={"level": 1, "world_seed": 1},
+        max_actions=256,
+        **sizes,
+    )
+
+
 def full_spec() -> StudySpec:
     """The full study: three families, four arms, hidden and visible, three seeds."""
+    # A short PPO on top of each warm start, the same in every family.
+    ppo = {"iterations": 2, "batch_size": 256}
     return StudySpec(
         families=[
-            Family(
-                name="tooluse",
-                env_id="BudgetMix/ToolUse-v0",
-                train_kwargs={"level": 1, "world_seed": 0},
-                eval_kwargs={"level": 1, "world_seed": 1},
+            _tooluse(
                 tight=5,
                 generous=12,
                 eval_budgets=[4, 5, 6, 8, 10, 12, 16],
-                max_actions=256,
                 warm_start_episodes=500,
-                iterations=2,
-                batch_size=256,
+                **ppo,
             ),
             Family(
                 name="alfworld",
@@ -165,8 +175,7 @@ def full_spec() -> StudySpec:
                 warm_start_episodes=200,
                 eval_tasks=12,
                 eval_samples=3,
-                iterations=2,
-                batch_size=256,
+                **ppo,
             ),
             Family(
                 name="webshop",
@@ -178,8 +187,7 @@ def full_spec() -> StudySpec:
                 eval_budgets=[4, 6, 8, 11, 15, 20],
                 max_actions=256,
                 warm_start_episodes=200,
-                iterations=2,
-                batch_size=256,
+                **ppo,
             ),
         ]
     )
@@ -189,15 +197,10 @@ def quick_spec() -> StudySpec:
     """The pipeline check: ToolUse level 1, two arms, budget hidden, one seed, tiny training."""
     return StudySpec(
         families=[
-            Family(
-                name="tooluse",
-                env_id="BudgetMix/ToolUse-v0",
-                train_kwargs={"level": 1, "world_seed": 0},
-                eval_kwargs={"level": 1, "world_seed": 1},
+            _tooluse(
                 tight=5,
                 generous=12,
                 eval_budgets=[4, 5, 8, 12, 14],
-                max_actions=256,
                 warm_start_episodes=50,
                 warm_start_epochs=2,
                 iterations=1,
@@ -232,17 +235,10 @@ def demo_spec(**sizes: Any) -> StudySpec:
     T). ``sizes`` overrides :class:`Family` fields (smaller runs in tests), e.g.
     ``demo_spec(warm_start_episodes=40, iterations=1)``.
     """
-    from dataclasses import replace
-
-    fam = Family(
-        name="tooluse",
-        env_id="BudgetMix/ToolUse-v0",
-        train_kwargs={"level": 1, "world_seed": 0},
-        eval_kwargs={"level": 1, "world_seed": 1},
+    fam = _tooluse(
         tight=3,
         generous=12,
         eval_budgets=[2, 3, 4, 5, 6, 8, 10, 12, 14],
-        max_actions=256,
         warm_start_episodes=300,
         warm_start_epochs=10,
         iterations=2,
