@@ -11,7 +11,7 @@ Example (against a running ``budgetmix serve BudgetMix/ToolUse-v0 --port 8000``)
 
     env = RemoteEnv("http://127.0.0.1:8000")
     obs, info = env.reset(seed=0)
-    obs, reward, terminated, truncated, info = env.step(info["admissible_actions"][0])
+    obs, reward, terminated, truncated, info = env.step(info["candidate_actions"][0])
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ class BudgetEnvClient(EnvClient[BudgetAction, BudgetObservation, BudgetState]):
     Example:
         >>> async with BudgetEnvClient(base_url="http://127.0.0.1:8000") as env:  # doctest: +SKIP
         ...     result = await env.reset(seed=0)
-        ...     result = await env.step(BudgetAction(action="look", request_id="t1"))
+        ...     action = result.observation.info["candidate_actions"][0]
+        ...     result = await env.step(BudgetAction(action=action, request_id="t1"))
         ...     result.observation.truncated, result.observation.info["budget"]
     """
 

@@ -13,7 +13,7 @@ Example (on a Ray of this machine)::
 
     with EnvActorPool("BudgetMix/ToolUse-v0", n_actors=2, envs_per_actor=4, budget=20) as pool:
         first = pool.reset_batch(seeds=range(pool.num_envs))  # [(obs, info), ...]
-        actions = [info["admissible_actions"][0] for _, info in first]
+        actions = [info["candidate_actions"][0] for _, info in first]  # sendable as they are
         results = pool.step_batch(actions)  # [(obs, reward, terminated, truncated, info), ...]
 
 Results are what the envs returned, pickled (tuples stay tuples). Bad input to an env is a turn
