@@ -38,7 +38,9 @@ demo: setup
 test: setup system-deps
 	$(BIN)/python -m pytest -q
 
-# Every tier: `make test` plus the soaks (100,000 steps per family in one process each).
+# Every tier: `make test` plus what pyproject's addopts leave out: the soaks (100,000 steps per
+# family in one process each), the learning runs and the docs' code blocks marked slow
+# (`docs_slow`). The -m expression selects every test.
 test-all: setup system-deps
 	$(BIN)/python -m pytest -q -m "soak or not soak"
 
