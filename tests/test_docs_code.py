@@ -43,7 +43,7 @@ PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.
 
 #: At least this many blocks must be collected (run in `make test` or `make test-all`): marking
 #: blocks `skip` cannot empty the test.
-MIN_RUNNABLE = 16
+MIN_RUNNABLE = 18
 
 #: Markers for blocks on pages whose maintainers have not placed them yet, keyed by (page, a
 #: fragment of the block's code): each acts exactly as the marker written above the block would.
@@ -76,7 +76,6 @@ class Block:
     line: int  # 1-based line of the opening fence
     code: list[str]  # the block's lines, dedented to the fence
     markers: list[str] = field(default_factory=list)  # the marker bodies, top to bottom
-    pending: bool = False  # the markers come from PENDING_MARKERS
 
     @property
     def id(self) -> str:
@@ -152,7 +151,6 @@ def _apply_pending(blocks: list[Block]) -> set[tuple[str, str]]:
         for block in blocks:
             if block.page == page and not block.markers and fragment in "\n".join(block.code):
                 block.markers = [marker]
-                block.pending = True
                 matched.add((page, fragment))
     return matched
 
