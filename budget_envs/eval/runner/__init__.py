@@ -12,7 +12,8 @@ and fault settings are paired.
 
 The runner is split by concern: :mod:`.plan` (plans and jobs), :mod:`.episode` and :mod:`.probe`
 (the drivers), :mod:`.prefix` (replays of failed prefixes, run after a plan's episodes),
-:mod:`.worker` (per-process state, the in-process back end), :mod:`.local` (worker processes),
+:mod:`.worker` (per-process state), :mod:`.inprocess` (the in-process back end),
+:mod:`.async_driver` (async agents' episodes, concurrently), :mod:`.local` (worker processes),
 :mod:`.ray_backend` (episodes on Ray env actors), :mod:`.records` (JSONL records) and :mod:`.run`
 (a whole run). Every public name is importable from here.
 """
@@ -20,6 +21,7 @@ The runner is split by concern: :mod:`.plan` (plans and jobs), :mod:`.episode` a
 from __future__ import annotations
 
 from budget_envs.eval.runner.episode import agrees, run_episode, transcript
+from budget_envs.eval.runner.inprocess import run_jobs
 from budget_envs.eval.runner.plan import (
     EpisodeJob,
     EvalPlan,
@@ -41,7 +43,6 @@ from budget_envs.eval.runner.records import (
     load_records,
 )
 from budget_envs.eval.runner.run import RunResult, run_plan
-from budget_envs.eval.runner.worker import run_jobs
 
 __all__ = [
     "EpisodeJob",

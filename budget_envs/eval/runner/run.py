@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from budget_envs.eval.runner.async_driver import preflight_agents
+from budget_envs.eval.runner.inprocess import run_jobs
 from budget_envs.eval.runner.local import iter_process
 from budget_envs.eval.runner.plan import EvalPlan, plan_jobs, select_tasks
 from budget_envs.eval.runner.prefix import plan_prefix_jobs
@@ -22,7 +23,6 @@ from budget_envs.eval.runner.records import (
     drop_torn_tail,
     load_records,
 )
-from budget_envs.eval.runner.worker import run_jobs
 
 __all__ = ["RunResult", "run_plan"]
 

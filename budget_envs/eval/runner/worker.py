@@ -1,13 +1,14 @@
-"""Per-process state shared by the back ends, and the in-process back end (:func:`run_jobs`).
+"""Per-process state shared by the back ends, and one job on it (:func:`run_one`).
 
 A :class:`Worker` builds each agent and each env configuration once and reuses them across the
-jobs it runs; the process-pool and Ray back ends keep one per worker process.
+jobs it runs; the in-process back end keeps one, the process-pool and Ray back ends one per
+worker process.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -26,7 +27,6 @@ __all__ = [
     "job_env_kwargs",
     "registry_entries",
     "register_entries",
-    "run_jobs",
     "run_one",
 ]
 
@@ -109,23 +109,6 @@ def run_one(
     except Exception as exc:  # recorded with its cause; --resume runs the job again
         logger.warning("%s failed before it could play: %s: %s", job.key, type(exc).__name__, exc)
         return error_record(job, f"{type(exc).__name__}: {exc}")
-
-
-def run_jobs(
-    jobs: Iterable[EpisodeJob | ProbeJob],
-    agents: Mapping[str, Any],
-    env_kwargs: Mapping[str, Any] | None = None,
-) -> Iterator[EpisodeRecord | ProbeRecord]:
-    """Run ``jobs`` in this process, yielding each record as it ends: one after another, except
-    the episodes of async agents (the chat agent), which the async driver plays concurrently
-    (:mod:`budget_envs.eval.runner.async_driver`)."""
-    from budget_envs.eval.runner.async_driver import run_worker_jobs
-
-    worker = Worker(agents)
-    try:
-        yield from run_worker_jobs(worker, jobs, env_kwargs or {})
-    finally:
-        worker.close()
 
 
 def register_entries(entries: Sequence[Any]) -> None:
