@@ -15,7 +15,7 @@ from budget_envs.eval.agents import AgentError
 from budget_envs.eval.runner.plan import EpisodeJob, default_t_max, make_env
 from budget_envs.eval.runner.records import (
     EpisodeRecord,
-    episode_job_fields,
+    episode_record,
     fault_record,
     first_success,
     obs_digest,
@@ -101,8 +101,8 @@ class EpisodeLog:
     ) -> EpisodeRecord:
         job, info = self.job, self.info
         first = first_success(info.get("episode_summary")) if error is None else None
-        return EpisodeRecord(
-            **episode_job_fields(job),
+        return episode_record(
+            job,
             turns=self.turns,
             won=bool(first is not None),
             first_success_turn=first,
@@ -111,7 +111,6 @@ class EpisodeLog:
             wall_time=time.perf_counter() - self.start,
             tokens=tokens,
             error=error,
-            key=job.key,
             agent_turns=agent_turns,
             stop_reason=info.get("stop_reason") if error is None else None,
             actions=self.actions,

@@ -28,7 +28,7 @@ from budget_envs.eval.runner.records import (
     PrefixRecord,
     first_success,
     obs_digest,
-    prefix_digest,
+    prefix_record,
 )
 
 __all__ = [
@@ -229,29 +229,18 @@ def run_prefix(
     except Exception as exc:  # a user's agent may raise anything; record it
         logger.exception("agent %s failed on a prefix of %s", agent_name, rec.get("key"))
         error = f"{type(exc).__name__}: {exc}"
-    return PrefixRecord(
-        env_id=rec["env_id"],
-        task_id=rec["task_id"],
-        task_index=int(rec["task_index"]),
-        seed=int(rec["seed"]),
-        budget=int(rec["budget"]),
-        agent=agent_name,
-        source=str(rec["agent"]),
-        prefix_turns=t,
-        reached=bool(reached),
+    job = PrefixJob(env_id=rec["env_id"], agent=agent_name, source=rec, prefix_turns=t)
+    return prefix_record(
+        job,
+        reached=reached,
         damage=damage,
-        won=bool(reached and first is not None and error is None),
-        first_success_turn=first if reached else None,
+        first_success_turn=first,
         turns=turns,
         stop_reason=stop,
         wall_time=time.perf_counter() - start,
         actions=played,
         tokens=usage(agent),
         error=error,
-        key=f"prefix:{rec.get('key', '')}:t{t}:{agent_name}",
-        visibility=str(rec.get("visibility", "hidden")),
-        source_key=str(rec.get("key", "")),
-        prefix_digest=prefix_digest(list(rec["actions"][:t])),
         state_hash=state_hash,
     )
 

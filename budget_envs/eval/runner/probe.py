@@ -12,7 +12,7 @@ import numpy as np
 from budget_envs.eval.agents import AgentError
 from budget_envs.eval.runner.episode import agent_info, agrees, usage
 from budget_envs.eval.runner.plan import ProbeJob
-from budget_envs.eval.runner.records import ProbeRecord
+from budget_envs.eval.runner.records import ProbeRecord, probe_record
 
 __all__ = ["run_probe"]
 
@@ -69,13 +69,8 @@ def run_probe(job: ProbeJob, agent: Any, env: gym.Env) -> ProbeRecord:
     except Exception as exc:
         logger.exception("agent %s failed on %s", job.agent, job.key)
         error = f"{type(exc).__name__}: {exc}"
-    return ProbeRecord(
-        env_id=job.env_id,
-        task_id=job.task_id,
-        task_index=job.task_index,
-        seed=job.seed,
-        agent=job.agent,
-        prefix_turns=job.prefix_turns,
+    return probe_record(
+        job,
         action=action,
         correct=correct,
         progress=progress,
@@ -83,5 +78,4 @@ def run_probe(job: ProbeJob, agent: Any, env: gym.Env) -> ProbeRecord:
         wall_time=time.perf_counter() - start,
         tokens=usage(agent),
         error=error,
-        key=job.key,
     )

@@ -28,10 +28,13 @@ __all__ = [
     "PrefixRecord",
     "ProbeRecord",
     "RecordsWriter",
+    "episode_record",
     "error_record",
     "fault_record",
     "first_success",
     "load_records",
+    "prefix_record",
+    "probe_record",
 ]
 
 logger = logging.getLogger(__name__)
@@ -165,20 +168,120 @@ def obs_digest(obs: str) -> str:
     return hashlib.sha256(obs.encode("utf-8", "replace")).hexdigest()[:16]
 
 
-def episode_job_fields(job: EpisodeJob) -> dict[str, Any]:
-    """The fields an episode record copies from its job."""
-    return {
-        "env_id": job.env_id,
-        "task_id": job.task_id,
-        "task_index": job.task_index,
-        "sample": job.sample,
-        "seed": job.seed,
-        "budget": job.budget,
-        "visibility": job.visibility,
-        "agent": job.agent,
-        "fault_turn": job.fault_turn,
-        "fault_kinds": None if job.fault_kinds is None else list(job.fault_kinds),
-    }
+def episode_record(
+    job: EpisodeJob,
+    *,
+    turns: int = 0,
+    won: bool = False,
+    first_success_turn: int | None = None,
+    faults: list[dict[str, Any]] | None = None,
+    oracle_agreement: list[bool | None] | None = None,
+    wall_time: float = 0.0,
+    tokens: dict[str, int] | None = None,
+    error: str | None = None,
+    **per_turn: Any,
+) -> EpisodeRecord:
+    """The record of an episode of ``job`` (the defaults: a job that never played).
+
+    ``per_turn`` holds the optional per-turn fields of :class:`EpisodeRecord` (``actions``,
+    ``obs_digests``, ``costs``, ``state_hashes``, ``agent_turns``, ``stop_reason``).
+    """
+    return EpisodeRecord(
+        env_id=job.env_id,
+        task_id=job.task_id,
+        task_index=job.task_index,
+        sample=job.sample,
+        seed=job.seed,
+        budget=job.budget,
+        visibility=job.visibility,
+        agent=job.agent,
+        fault_turn=job.fault_turn,
+        fault_kinds=None if job.fault_kinds is None else list(job.fault_kinds),
+        turns=turns,
+        won=won,
+        first_success_turn=first_success_turn,
+        faults=[] if faults is None else faults,
+        oracle_agreement=oracle_agreement,
+        wall_time=wall_time,
+        tokens=tokens,
+        error=error,
+        key=job.key,
+        **per_turn,
+    )
+
+
+def probe_record(
+    job: ProbeJob,
+    *,
+    action: str | None = None,
+    correct: bool | None = None,
+    progress: bool | None = None,
+    cost_before: int | None = None,
+    wall_time: float = 0.0,
+    tokens: dict[str, int] | None = None,
+    error: str | None = None,
+) -> ProbeRecord:
+    """The record of a single-step probe of ``job`` (the defaults: a probe that never ran)."""
+    return ProbeRecord(
+        env_id=job.env_id,
+        task_id=job.task_id,
+        task_index=job.task_index,
+        seed=job.seed,
+        agent=job.agent,
+        prefix_turns=job.prefix_turns,
+        action=action,
+        correct=correct,
+        progress=progress,
+        cost_before=cost_before,
+        wall_time=wall_time,
+        tokens=tokens,
+        error=error,
+        key=job.key,
+    )
+
+
+def prefix_record(
+    job: PrefixJob,
+    *,
+    reached: bool = False,
+    damage: int | None = None,
+    first_success_turn: int | None = None,
+    turns: int = 0,
+    stop_reason: str | None = None,
+    wall_time: float = 0.0,
+    actions: list[str] | None = None,
+    tokens: dict[str, int] | None = None,
+    error: str | None = None,
+    state_hash: str | None = None,
+) -> PrefixRecord:
+    """The record of a prefix probe of ``job`` (the defaults: a replay that never ran). A probe
+    counts as won only when the replay reached the recorded state and the agent did not fail."""
+    source = job.source
+    return PrefixRecord(
+        env_id=job.env_id,
+        task_id=job.task_id,
+        task_index=job.task_index,
+        seed=job.seed,
+        budget=job.budget,
+        agent=job.agent,
+        source=str(source.get("agent", "")),
+        prefix_turns=job.prefix_turns,
+        reached=bool(reached),
+        damage=damage,
+        won=bool(reached and first_success_turn is not None and error is None),
+        first_success_turn=first_success_turn if reached else None,
+        turns=turns,
+        stop_reason=stop_reason,
+        wall_time=wall_time,
+        actions=actions,
+        tokens=tokens,
+        error=error,
+        key=job.key,
+        visibility=job.visibility,
+        source_key=str(source.get("key", "")),
+        prefix_digest=prefix_digest(list(source.get("actions") or [])[: job.prefix_turns]),
+        state_hash=state_hash,
+    )
 
 
 def error_record(
@@ -186,55 +289,10 @@ def error_record(
 ) -> EpisodeRecord | ProbeRecord | PrefixRecord:
     """The record of a job that could not run to its end (``--resume`` runs it again)."""
     if isinstance(job, PrefixJob):
-        return PrefixRecord(
-            env_id=job.env_id,
-            task_id=job.task_id,
-            task_index=job.task_index,
-            seed=job.seed,
-            budget=job.budget,
-            agent=job.agent,
-            source=str(job.source.get("agent", "")),
-            prefix_turns=job.prefix_turns,
-            reached=False,
-            damage=None,
-            won=False,
-            first_success_turn=None,
-            turns=0,
-            stop_reason=None,
-            wall_time=0.0,
-            error=message,
-            key=job.key,
-            visibility=job.visibility,
-            source_key=str(job.source.get("key", "")),
-            prefix_digest=prefix_digest(list(job.source.get("actions") or [])[: job.prefix_turns]),
-        )
+        return prefix_record(job, error=message)
     if isinstance(job, ProbeJob):
-        return ProbeRecord(
-            env_id=job.env_id,
-            task_id=job.task_id,
-            task_index=job.task_index,
-            seed=job.seed,
-            agent=job.agent,
-            prefix_turns=job.prefix_turns,
-            action=None,
-            correct=None,
-            progress=None,
-            cost_before=None,
-            wall_time=0.0,
-            error=message,
-            key=job.key,
-        )
-    return EpisodeRecord(
-        **episode_job_fields(job),
-        turns=0,
-        won=False,
-        first_success_turn=None,
-        faults=[],
-        oracle_agreement=None,
-        wall_time=0.0,
-        error=message,
-        key=job.key,
-    )
+        return probe_record(job, error=message)
+    return episode_record(job, error=message)
 
 
 def load_records(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
