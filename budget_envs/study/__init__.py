@@ -5,17 +5,21 @@
 the report reads the compressed records only, so ``--report-only`` regenerates every table and
 figure without training. A killed study is resumed by running it again.
 
-One module per concern, imports pointing down this list:
+One module per concern; each imports only modules above it in this list:
 
 * :mod:`~budget_envs.study.spec` - the arms, :class:`Family`, :class:`StudySpec` and the
   presets (:func:`full_spec`, :func:`quick_spec`, :func:`demo_spec`);
 * :mod:`~budget_envs.study.folder` - the study folder's layout; the records, gzipped and read
   back;
+* :mod:`~budget_envs.study.stats` - the report's numbers: Pass@(K,T) surfaces, learning
+  status, differences against the fixed-generous arm, turns to success, single step against
+  recovery;
 * :mod:`~budget_envs.study.stages` - the train, eval and compare stages;
-* :mod:`~budget_envs.study.stats` - Pass@(K,T) surfaces, bootstrap intervals, learning status;
 * :mod:`~budget_envs.study.pair` - two arms side by side (``budgetmix demo``);
-* :mod:`~budget_envs.study.figures` and :mod:`~budget_envs.study.page` - the report's figures,
-  its tables and the generated section of its page;
+* :mod:`~budget_envs.study.tables` and :mod:`~budget_envs.study.figures` - the report's tables
+  (page section and CSV) and figures;
+* :mod:`~budget_envs.study.page` - the report: tables, figures and the generated section of
+  ``docs/study.md``;
 * :mod:`~budget_envs.study.run` - the whole study in one call.
 
 Every public name is importable from here. Nothing heavy loads on import: RLlib, Ray, torch

@@ -5,7 +5,7 @@
     policies/<family>/<visibility>/s<seed>/<arm>/    each arm's policy (warm start + PPO)
     eval/<family>/<visibility>/s<seed>/             the eval run while it runs (resumable)
     records/<family>__<visibility>__s<seed>.jsonl.gz the finished eval records (committed)
-    compare/<family>__<visibility>__<arm>/          ``budgetmix compare`` outputs per arm pair
+    compare/<family>__<visibility>__<arm>_vs_<base>/ ``budgetmix compare`` of an arm against a base
     tables/*.md, tables/*.csv                       the report's tables (same bytes on a re-run)
 
 Policies and eval run folders are checkpoints, not results: only ``records/`` and ``tables/``
@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from budget_envs.study.spec import Family
 
 
 def policy_root(out: Path, fam: Family, vis: str, seed: int) -> Path:
+    """The folder of the arms' policies (and warm starts) of one family, visibility and seed."""
     return out / "policies" / fam.name / vis / f"s{seed}"
 
 
@@ -34,10 +36,17 @@ def warm_root(out: Path, fam: Family, vis: str, seed: int, arm: str) -> Path:
 
 
 def records_path(out: Path, fam: Family, vis: str, seed: int) -> Path:
+    """The finished eval records of one family, visibility and seed."""
     return out / "records" / f"{fam.name}__{vis}__s{seed}.jsonl.gz"
 
 
+def compare_dir(out: Path, fam: Family, vis: str, arm: str, base: str) -> Path:
+    """The ``compare`` outputs of ``arm`` (B) against ``base`` (A) in one family and visibility."""
+    return out / "compare" / f"{fam.name}__{vis}__{arm}_vs_{base}"
+
+
 def agent_name(arm: str, seed: int) -> str:
+    """An arm's agent name in the eval records (:func:`load_study_records` drops the seed)."""
     return f"{arm}@s{seed}"
 
 
@@ -82,3 +91,16 @@ def load_study_records(out: str | os.PathLike) -> list[dict[str, Any]]:
                 r["agent"] = r["agent"].split("@s")[0]
                 records.append(r)
     return records
+
+
+def select(
+    records: Sequence[dict[str, Any]], family: str, visibility: str, agent: str | None = None
+) -> list[dict[str, Any]]:
+    """The records of one family and visibility (and of one agent, when given), in order."""
+    return [
+        r
+        for r in records
+        if r["study_family"] == family
+        and r["study_visibility"] == visibility
+        and (agent is None or r["agent"] == agent)
+    ]

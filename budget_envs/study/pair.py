@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from budget_envs.study.folder import load_study_records, policy_root
-from budget_envs.study.spec import RANDOM, Family, StudySpec
+from budget_envs.study.folder import compare_dir, load_study_records, policy_root, select
+from budget_envs.study.spec import Family, StudySpec
 from budget_envs.study.stats import agent_surfaces
 
 
@@ -63,12 +63,12 @@ def pair_summary(
         raise ValueError(f"need two arms of {spec.arms!r}, got {arm_a!r} and {arm_b!r}")
     fam, vis = spec.families[0], spec.visibilities[0]
     records = load_study_records(out) if records is None else records
-    mine = [r for r in records if r["study_family"] == fam.name and r["study_visibility"] == vis]
+    mine = select(records, fam.name, vis)
     surfaces = agent_surfaces(mine, spec.n_boot)
     ts = sorted(fam.eval_budgets)
     ks = sorted({1, fam.eval_samples})
     pass_at: dict[str, dict[int, list[float]]] = {}
-    for agent in [*spec.arms, RANDOM, *spec.references]:
+    for agent in spec.agents:
         surf = surfaces.get((fam.name, vis, agent))
         if surf is None:
             continue
@@ -81,8 +81,8 @@ def pair_summary(
             ]
             for k in ks
         }
-    compare_dir = out / "compare" / f"{fam.name}__{vis}__{arm_b}_vs_{arm_a}"
-    csv_path = compare_dir / "difference.csv"
+    folder = compare_dir(out, fam, vis, arm_b, arm_a)
+    csv_path = folder / "difference.csv"
     if not csv_path.exists():
         raise FileNotFoundError(f"no comparison {csv_path}: run the study's compare stage first")
     cells: dict[tuple[int, int], tuple[float, float, float]] = {}
@@ -123,6 +123,6 @@ def pair_summary(
         units=units,
         same_play=(same, len(pairs)),
         training=training,
-        compare_dir=compare_dir,
-        figures=sorted(compare_dir.glob("*.png")),
+        compare_dir=folder,
+        figures=sorted(folder.glob("*.png")),
     )

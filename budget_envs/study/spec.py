@@ -121,6 +121,11 @@ class StudySpec:
                 f"reference agent names must be new, non-empty and free of '@s', got {bad!r}"
             )
 
+    @property
+    def agents(self) -> list[str]:
+        """The agents of every eval run, in report order: the arms, random, the references."""
+        return [*self.arms, RANDOM, *self.references]
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 

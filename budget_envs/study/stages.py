@@ -14,13 +14,16 @@ from typing import Any
 
 from budget_envs.study.folder import (
     agent_name,
+    compare_dir,
     compress_records,
     load_study_records,
     policy_root,
     records_path,
+    select,
     warm_root,
 )
 from budget_envs.study.spec import RANDOM, StudySpec, arm_budget
+from budget_envs.study.stats import compare_arms
 
 
 def _trained(policy_dir: Path, iterations: int) -> bool:
@@ -220,30 +223,17 @@ def compare_stage(
     """``compare`` each arm against ``fixed_generous`` (and against random) per family and
     visibility, into ``compare/``: difference surfaces with paired bootstrap intervals (and
     their heatmaps unless ``figures`` is False)."""
-    from budget_envs.eval.report import compare_runs
-
     records = load_study_records(out) if records is None else records
     results = []
     for fam in spec.families:
         for vis in spec.visibilities:
-            mine = [
-                r for r in records if r["study_family"] == fam.name and r["study_visibility"] == vis
-            ]
+            mine = select(records, fam.name, vis)
             if not mine:
                 continue
             for arm in spec.arms:
                 for base in ("fixed_generous", RANDOM):
                     if arm == base or (base != RANDOM and base not in spec.arms):
                         continue
-                    folder = out / "compare" / f"{fam.name}__{vis}__{arm}_vs_{base}"
-                    results += compare_runs(
-                        mine,
-                        mine,
-                        folder,
-                        agent_a=base,
-                        agent_b=arm,
-                        n_boot=spec.n_boot,
-                        seed=0,
-                        figures=figures,
-                    )
+                    folder = compare_dir(out, fam, vis, arm, base)
+                    results += compare_arms(mine, base, arm, spec.n_boot, folder, figures=figures)
     return results
