@@ -13,6 +13,7 @@ Agents never see the budget unless the env shows it in the observation: the runn
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import random
@@ -24,11 +25,13 @@ from budget_envs.errors import AgentError
 from budget_envs.eval.prompts import DEFAULT_PROMPTS, system_prompt
 
 __all__ = [
+    "AGENT_KINDS",
     "Agent",
     "AgentError",
     "DEFAULT_PROMPTS",
     "OracleAgent",
     "RandomAgent",
+    "agent_builder",
     "make_agent",
     "parse_spec",
     "spec_from_mapping",
@@ -141,6 +144,34 @@ class OracleAgent:
         return self._random.act(observation, info)
 
 
+# ---------------------------------------------------------------------- kinds
+#: The agent kinds of a spec's ``KIND``: a class, or a ``"module:attr"`` entry point imported
+#: when the kind is first asked for (the chat client; the trained-policy agent, which loads torch
+#: and lives with the integrations whose models it plays, so eval imports none of their code).
+#: Add a row to offer a kind of your own.
+AGENT_KINDS: dict[str, Callable[..., Any] | str] = {
+    "random": RandomAgent,
+    "oracle": OracleAgent,
+    "chat": "budget_envs.eval.chat:ChatAgent",
+    "policy": "budget_envs.integrations.policy_agent:PolicyAgent",
+}
+
+
+def agent_builder(kind: str) -> Callable[..., Any]:
+    """The builder of agent ``kind`` (a row of :data:`AGENT_KINDS`), its module imported now.
+
+    >>> agent_builder("random").__name__
+    'RandomAgent'
+    """
+    if kind not in AGENT_KINDS:
+        raise ValueError(f"unknown agent kind {kind!r}; expected one of {sorted(AGENT_KINDS)}")
+    builder = AGENT_KINDS[kind]
+    if isinstance(builder, str):
+        module_name, _, attr = builder.partition(":")
+        builder = getattr(importlib.import_module(module_name), attr)
+    return builder
+
+
 # ---------------------------------------------------------------------- specs
 def _value_at(spec: str, i: int) -> tuple[Any, int]:
     """The value starting at ``spec[i]`` and the index after it.
@@ -164,12 +195,6 @@ def _value_at(spec: str, i: int) -> tuple[Any, int]:
         return json.loads(text), end
     except ValueError:
         return text, end
-
-
-def _policy_agent(**kwargs: Any) -> Any:
-    from budget_envs.eval.policy_agent import PolicyAgent  # loads torch only when asked for
-
-    return PolicyAgent(**kwargs)
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
@@ -218,8 +243,9 @@ def spec_from_mapping(config: Mapping[str, Any]) -> str:
 def make_agent(spec: str | Mapping[str, Any], *, seed: int = 0) -> Any:
     """Build an agent from a CLI spec: ``random``, ``oracle``, ``oracle:epsilon=0.3``,
     ``chat:base_url=http://127.0.0.1:8000/v1,model=qwen,temperature=0.7``, ``policy:DIR`` (a
-    trained policy folder, see :mod:`budget_envs.eval.policy_agent`), or from a mapping with a
-    ``kind`` key (what ``--agent-config FILE`` holds).
+    trained policy folder, see :mod:`budget_envs.integrations.policy_agent`), or from a mapping
+    with a ``kind`` key (what ``--agent-config FILE`` holds). The kinds are the rows of
+    :data:`AGENT_KINDS`.
 
     The values are JSON when they parse as JSON (``stop=["\\n"]``, ``extra_body={...}``), else
     strings. ``seed`` seeds the random and oracle agents; a chat agent sends a request seed
@@ -234,22 +260,14 @@ def make_agent(spec: str | Mapping[str, Any], *, seed: int = 0) -> Any:
         shown = spec
     if "eps" in kwargs:
         kwargs["epsilon"] = kwargs.pop("eps")
-    from budget_envs.eval.chat import ChatAgent
-
-    builders = {
-        "random": RandomAgent,
-        "oracle": OracleAgent,
-        "chat": ChatAgent,
-        "policy": _policy_agent,
-    }
-    if kind not in builders:
+    if kind not in AGENT_KINDS:
         raise ValueError(
-            f"unknown agent kind {kind!r} in {shown!r}; expected one of {sorted(builders)}"
+            f"unknown agent kind {kind!r} in {shown!r}; expected one of {sorted(AGENT_KINDS)}"
         )
     if kind != "chat":
         kwargs.setdefault("seed", seed)
     try:
-        return builders[kind](**kwargs)
+        return agent_builder(kind)(**kwargs)
     except TypeError as exc:
         raise ValueError(f"agent spec {shown!r}: {exc}") from None
 

@@ -1,5 +1,9 @@
 """A trained policy as an evaluation agent: ``--agent NAME=policy:DIR``.
 
+Eval names this agent by entry point only (the ``policy`` row of
+:data:`budget_envs.eval.agents.AGENT_KINDS`): it lives here, beside the training code whose
+models it loads, so eval imports nothing of the integrations.
+
 ``DIR`` is what ``budgetmix train`` wrote. For ``--trainer rllib`` that is ``policy.json`` plus an
 RLlib checkpoint: the agent loads the RLModule alone (``RLModule.from_checkpoint``; no Ray
 cluster starts), renders every state with the same
@@ -18,7 +22,6 @@ which updates the same episode history that the policy's own actions do.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -96,7 +99,7 @@ class PolicyAgent:
 
     def _load_hf(self, folder: Path) -> Any:
         try:
-            trl = importlib.import_module("budget_envs.integrations.trl")
+            from budget_envs.integrations import trl
         except ImportError as exc:
             raise ValueError(
                 f"{folder}: a Hugging Face policy needs the TRL extra ({exc})"
