@@ -53,12 +53,15 @@ __all__ = [
     "RolloutEpisode",
     "STOP_REASONS",
     "SYSTEM_PROMPT",
+    "TOOL_INSTRUCTION",
     "VLLMTurnGenerator",
     "action_from_reply",
     "env_reward",
     "make_env",
     "make_env_like",
+    "load_policy",
     "make_prompt_dataset",
+    "make_tool_dataset",
     "oracle_examples",
     "task_prompt",
     "train",
@@ -93,6 +96,17 @@ def task_prompt(task_id: str) -> str:
     return f"Play the BudgetMix task [task_id={task_id}]."
 
 
+def _draw_tasks(env: gym.Env, n: int, seed: int, task_ids: Sequence[str] | None) -> list[str]:
+    """``n`` task ids drawn with ``seed`` from ``task_ids`` (default: every task of ``env``)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    ids = list(env.unwrapped.task_ids if task_ids is None else task_ids)
+    if not ids:
+        raise ValueError(f"task_ids must name at least one task, got {task_ids!r}")
+    rng = np.random.default_rng(seed)
+    return [ids[int(i)] for i in rng.integers(len(ids), size=n)]
+
+
 def make_prompt_dataset(
     env: gym.Env, n: int, seed: int = 0, task_ids: Sequence[str] | None = None
 ) -> Any:
@@ -100,19 +114,79 @@ def make_prompt_dataset(
 
     Tasks are drawn from ``task_ids`` (default: every task of the env). GRPO repeats each prompt
     ``num_generations`` times; every repeat plays the same task (so the group's advantages
-    compare like with like) under its own budget draw. The ``task_id`` column also serves
-    :class:`BudgetMixToolEnv`.
+    compare like with like) under its own budget draw. The prompts are plain text, for
+    :class:`BudgetMixRollout`; the ``environment_factory`` path needs conversational prompts:
+    :func:`make_tool_dataset`.
     """
     from datasets import Dataset
 
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
-    ids = list(env.unwrapped.task_ids if task_ids is None else task_ids)
-    if not ids:
-        raise ValueError(f"task_ids must name at least one task, got {task_ids!r}")
-    rng = np.random.default_rng(seed)
-    picks = [ids[int(i)] for i in rng.integers(len(ids), size=n)]
+    picks = _draw_tasks(env, n, seed, task_ids)
     return Dataset.from_dict({"prompt": [task_prompt(t) for t in picks], "task_id": picks})
+
+
+#: The user message of :func:`make_tool_dataset`; the env's first observation follows it.
+TOOL_INSTRUCTION = (
+    "Solve the task below by calling the tools. Each tool call is one turn of a limited turn "
+    "budget; call one tool at a time and stop when the task is done."
+)
+
+
+def make_tool_dataset(
+    env: gym.Env | type[BudgetMixToolEnv],
+    n: int,
+    seed: int = 0,
+    task_ids: Sequence[str] | None = None,
+    *,
+    instruction: str = TOOL_INSTRUCTION,
+    system_prompt: str | None = None,
+) -> Any:
+    """A conversational ``datasets.Dataset`` of ``n`` rows for ``environment_factory``.
+
+    TRL's tool loop takes conversational prompts (a list of messages): each row's ``prompt`` is
+    ``[{"role": "user", "content": instruction}]`` (after a system message when
+    ``system_prompt`` is given), and its ``task_id`` column names the task that
+    :meth:`BudgetMixToolEnv.reset` plays; TRL appends the first observation that ``reset``
+    returns to the user message, and renders the tools' schema with the chat template.
+
+    Args:
+        env: the env the tasks come from, or the class that :meth:`BudgetMixToolEnv.factory`
+            returned (its env id and options are used).
+        n, seed, task_ids: as in :func:`make_prompt_dataset` (tasks drawn with ``seed`` from
+            ``task_ids``, default every task).
+        instruction: the user message.
+        system_prompt: a system message, or None for none (the chat template then renders the
+            tools in its own system block).
+
+    Example:
+        >>> from budget_envs.integrations.trl import BudgetMixToolEnv, make_tool_dataset
+        >>> factory = BudgetMixToolEnv.factory("BudgetMix/ToolUse-v0", level=1)
+        >>> row = make_tool_dataset(factory, 4)[0]
+        >>> [m["role"] for m in row["prompt"]], row["task_id"].startswith("L1-")
+        (['user'], True)
+    """
+    from datasets import Dataset
+
+    if not isinstance(instruction, str) or not instruction.strip():
+        raise ValueError(f"instruction must be a non-empty str, got {instruction!r}")
+    if system_prompt is not None and not isinstance(system_prompt, str):
+        raise TypeError(f"system_prompt must be a str or None, got {system_prompt!r}")
+    if isinstance(env, type) and issubclass(env, BudgetMixToolEnv):
+        if not env.env_id:
+            raise TypeError("env must be a class made by BudgetMixToolEnv.factory(env_id, ...)")
+        source = make_env(env.env_id, **env.env_options)
+        try:
+            picks = _draw_tasks(source, n, seed, task_ids)
+        finally:
+            source.close()
+    elif isinstance(env, gym.Env):
+        picks = _draw_tasks(env, n, seed, task_ids)
+    else:
+        raise TypeError(
+            f"env must be a gymnasium.Env or a BudgetMixToolEnv.factory class, got {env!r}"
+        )
+    head = [] if system_prompt is None else [{"role": "system", "content": system_prompt}]
+    prompt = [*head, {"role": "user", "content": instruction}]
+    return Dataset.from_dict({"prompt": [list(prompt) for _ in picks], "task_id": picks})
 
 
 def env_reward(
@@ -1267,7 +1341,10 @@ class BudgetMixToolEnv:
     One tool call is one turn of the budget, the same definition as in evaluation (where the
     tool-use env takes exactly one tool call per message). The call that uses the last turn, and
     any call after it, raises :class:`BudgetExhausted` with the observation, so the model learns
-    the budget ran out. :meth:`get_reward` gives the episode's summed reward.
+    the budget ran out. :meth:`get_reward` gives the episode's summed reward; ``turns`` (turns
+    played), :attr:`stop_reason`, ``task_id`` and ``budget`` (its T) serve reward functions,
+    which TRL hands the batch's instances as ``environments=``. :func:`make_tool_dataset` makes
+    the conversational prompt dataset this path needs.
 
     Use :meth:`factory`::
 
@@ -1293,6 +1370,7 @@ class BudgetMixToolEnv:
         self.env = make_env(self.env_id, **self.env_options)
         self.reward = 0.0
         self.over: str | None = None
+        self.turns = 0
         self.resets = 0
         self.task_id: str | None = None
         self.budget = 0
@@ -1373,6 +1451,7 @@ class BudgetMixToolEnv:
         self.budget = int(info.get("budget", {}).get("limit", 0))
         self.reward = 0.0
         self.over = None
+        self.turns = 0
         return "\n" + _user_text(obs, info, True)
 
     def act(self, command: str) -> str:
@@ -1395,6 +1474,7 @@ class BudgetMixToolEnv:
         if self.over is not None:
             raise EpisodeOver(f"The episode is over ({self.over}); no action can run.")
         obs, reward, terminated, truncated, info = self.env.step(action)
+        self.turns += 1
         self.reward += float(reward)
         if terminated:
             self.over = str(info.get("stop_reason") or ("won" if info.get("won") else "lost"))
@@ -1488,4 +1568,33 @@ def train(
         iterations=iterations,
         progress=progress,
         **options,
+    )
+
+
+def load_policy(
+    model_dir: str | os.PathLike[str],
+    *,
+    seed: int = 0,
+    check_visibility: bool = True,
+    name: str | None = None,
+    temperature: float | None = None,
+    threads: int | None = None,
+) -> Any:
+    """A policy folder written by :func:`train` as an eval agent (what ``policy:DIR`` plays).
+
+    Returns a :class:`~budget_envs.integrations.trl_train.PolicyAgent` named ``name`` (default
+    ``policy:<folder name>``); it refuses an evaluation whose budget visibility differs from
+    the training's unless ``check_visibility`` is False.
+    """
+    from pathlib import Path
+
+    from budget_envs.integrations.trl_train import PolicyAgent
+
+    return PolicyAgent(
+        model_dir,
+        name=name or f"policy:{Path(model_dir).name}",
+        seed=seed,
+        check_visibility=check_visibility,
+        temperature=temperature,
+        threads=threads,
     )

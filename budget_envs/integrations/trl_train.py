@@ -125,7 +125,8 @@ def train(
             ``from_pretrained`` and by :class:`PolicyAgent`); the warm start in
             ``out_dir/warm_start``.
         iterations: GRPO steps.
-        progress: called with each log dict of the trainer (step, reward, loss, stop reasons).
+        progress: called once as GRPO starts (``{"step": 0}``), then with each log dict of the
+            trainer (step, reward, loss, stop reasons).
         model: ``"tiny"`` (the offline tiny model, built and warm-started here) or a model name
             or path for ``from_pretrained`` (no warm start).
         train_tasks: the task ids to train on (default: every task of the env); keep
@@ -149,6 +150,7 @@ def train(
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
     from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     start = time.perf_counter()
@@ -212,8 +214,15 @@ def train(
     warm_dir = save_policy(policy, tokenizer, out / WARM_START_DIR, settings)
 
     class _Progress(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
+            if progress is not None:
+                progress({"step": state.global_step})
+
         def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: D102
-            if progress is not None and logs:
+            if not logs:
+                return
+            logger.info("GRPO step %d: %s", state.global_step, logs)
+            if progress is not None:
                 progress({"step": state.global_step, **logs})
 
     config = GRPOConfig(
@@ -251,6 +260,9 @@ def train(
         rollout_func=counting_rollout,
         callbacks=[_Progress()],
     )
+    # With disable_tqdm, transformers adds a callback that prints every log dict to stdout;
+    # the logs go to `progress` and the log instead.
+    trainer.remove_callback(PrinterCallback)
     trainer.train()
     model_dir = save_policy(trainer.model, tokenizer, out, settings)
     history = list(trainer.state.log_history)
@@ -276,6 +288,10 @@ class PolicyAgent:
     reached, the agent sends empty (invalid) actions until the budget ends the episode, which
     counts as not solved, as in training. Sampling is seeded by the episode seed.
 
+    With ``check_visibility`` (the default) it refuses an episode whose budget visibility
+    differs from the training's (the eval runner hands agents ``info["budget"]`` exactly when
+    the budget is shown), as the RLlib policy agent does.
+
     The model loads on first use, so the agent pickles cheaply into eval worker processes.
     """
 
@@ -287,7 +303,10 @@ class PolicyAgent:
         temperature: float | None = None,
         threads: int | None = None,
         seed: int = 0,
+        check_visibility: bool = True,
     ) -> None:
+        if not isinstance(check_visibility, bool):
+            raise TypeError(f"check_visibility must be true or false, got {check_visibility!r}")
         self.model_dir = str(model_dir)
         settings_path = Path(self.model_dir) / POLICY_FILE
         if not settings_path.is_file():
@@ -299,6 +318,7 @@ class PolicyAgent:
         self.temperature = temperature
         self.threads = threads
         self.seed = int(seed)
+        self.check_visibility = check_visibility
         self._model: Any = None
         self._tokenizer: Any = None
         self._dialogue: _Dialogue | None = None
@@ -345,6 +365,17 @@ class PolicyAgent:
 
     def reset(self, *, env_id: str, observation: str, info: Mapping[str, Any], seed: int) -> None:
         """Start an episode: render the first observation as the prompt."""
+        if self.check_visibility:
+            trained = self.settings.get("visibility", "hidden")
+            shown = "budget" in info
+            if (trained != "hidden") != shown:
+                from budget_envs.errors import AgentError
+
+                raise AgentError(
+                    f"{self.name} was trained with visibility={trained!r} but this evaluation "
+                    f"{'shows' if shown else 'hides'} the budget; evaluate with --visibility "
+                    f"{trained} (or pass check_visibility=false)"
+                )
         if self._model is None:
             self._load()
         self._state = _TokenEpisode(
