@@ -25,8 +25,12 @@ from budget_envs.study.folder import (
 from budget_envs.study.spec import RANDOM, StudySpec, arm_budget
 from budget_envs.study.stats import compare_arms
 
+#: ``progress(stage, done, total)``: how the long stages report (the CLI draws bars with it).
+Progress = Callable[[str, int, int], None]
+
 
 def _trained(policy_dir: Path, iterations: int) -> bool:
+    """Whether ``policy_dir`` holds a policy with its ``iterations`` PPO iterations done."""
     from budget_envs.integrations.rllib_train import POLICY_FILE, read_metrics
 
     if not (policy_dir / POLICY_FILE).exists():
@@ -34,10 +38,6 @@ def _trained(policy_dir: Path, iterations: int) -> bool:
     return iterations == 0 or len(read_metrics(policy_dir)) >= iterations
 
 
-Progress = Callable[[str, int, int], None]
-
-
-# ---------------------------------------------------------------------- stages
 def train_stage(
     spec: StudySpec, out: Path, *, progress: Progress | None = None, num_cpus: int = 2
 ) -> list[Path]:
