@@ -23,21 +23,17 @@ __all__ = [
     "serve",
 ]
 
-_WHERE = {
-    "BudgetAction": "models",
-    "BudgetObservation": "models",
-    "BudgetState": "models",
-    "BudgetEnvClient": "client",
-    "RemoteEnv": "client",
-    "EnvActorPool": "ray_pool",
-    "create_app": "server",
-    "serve": "server",
-}
-
 
 def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        import importlib
-
-        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # Each name loads its module on first use (the extras they need stay unimported until then).
+    if name in ("BudgetAction", "BudgetObservation", "BudgetState"):
+        from budget_envs.service import models as module
+    elif name in ("BudgetEnvClient", "RemoteEnv"):
+        from budget_envs.service import client as module
+    elif name == "EnvActorPool":
+        from budget_envs.service import ray_pool as module
+    elif name in ("create_app", "serve"):
+        from budget_envs.service import server as module
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(module, name)
