@@ -1,0 +1,163 @@
+"""The service's ASGI guard: idle WebSocket sessions are closed; oversized input is refused.
+
+See :class:`Guard`. Plain ASGI: nothing here needs the ``openenv`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+__all__ = ["DEFAULT_IDLE_TIMEOUT", "DEFAULT_MAX_MESSAGE_BYTES", "Guard"]
+
+#: Seconds a WebSocket session may stay silent before it is closed and its env freed.
+DEFAULT_IDLE_TIMEOUT = 300.0
+#: Largest WebSocket message or HTTP body the server reads, in bytes.
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
+
+
+def _error_frame(message: str, code: str) -> str:
+    return json.dumps({"type": "error", "data": {"message": message, "code": code}})
+
+
+class Guard:
+    """ASGI middleware: idle WebSocket sessions are closed; oversized input is refused.
+
+    A WebSocket that sends nothing for ``idle_timeout`` seconds gets an error frame and is
+    closed (code 4000); the app sees a disconnect, so OpenEnv destroys the session and its env.
+    A message over ``max_bytes`` gets an error frame and is dropped; the session goes on. An
+    HTTP body over ``max_bytes`` (by Content-Length) gets 413.
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        idle_timeout: float | None,
+        max_bytes: int,
+        counters: dict[str, int] | None = None,
+    ) -> None:
+        self.app = app
+        self.idle_timeout = idle_timeout
+        self.max_bytes = max_bytes
+        self.counters = {"reaped": 0} if counters is None else counters
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            for name, value in scope.get("headers", ()):
+                if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                    await self._too_large(send, int(value))
+                    return
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        loop = asyncio.get_running_loop()
+        timeout = self.idle_timeout
+        # One timer per connection, not a timeout task per message: a receive notes when it
+        # began waiting, and the timer, when due, either closes the silent socket or sleeps
+        # until the latest wait could first run out.
+        state: dict[str, Any] = {
+            "open": False,
+            "reaped": False,
+            "closed": False,
+            "waiting": False,
+            "since": 0.0,
+            "timer": None,
+        }
+
+        async def reap() -> None:
+            state["reaped"] = True
+            self.counters["reaped"] += 1
+            try:
+                await send(
+                    {
+                        "type": "websocket.send",
+                        "text": _error_frame(
+                            f"session closed after {timeout:g} s without a message; open a "
+                            "new session",
+                            "SESSION_ERROR",
+                        ),
+                    }
+                )
+                state["closed"] = True
+                # the app's pending receive then gets the disconnect
+                await send(
+                    {"type": "websocket.close", "code": 4000, "reason": f"idle for {timeout:g} s"}
+                )
+            except Exception:  # the peer went away meanwhile: the app sees that disconnect
+                state["closed"] = True
+
+        def due() -> None:
+            state["timer"] = None
+            if state["reaped"]:
+                return
+            now = loop.time()
+            if state["waiting"] and now - state["since"] >= timeout:
+                state["reap"] = loop.create_task(reap())
+                return
+            start = state["since"] if state["waiting"] else now
+            state["timer"] = loop.call_at(start + timeout, due)
+
+        async def guarded_send(message: dict) -> None:
+            if state["closed"]:
+                return  # the guard closed this socket; the app's late messages go nowhere
+            if message["type"] == "websocket.accept":
+                state["open"] = True
+                if timeout is not None:
+                    state["since"] = loop.time()
+                    state["timer"] = loop.call_at(state["since"] + timeout, due)
+            await send(message)
+
+        async def guarded_receive() -> dict:
+            while True:
+                state["since"] = loop.time()
+                state["waiting"] = True
+                try:
+                    message = await receive()
+                finally:
+                    state["waiting"] = False
+                if state["reaped"]:
+                    return {"type": "websocket.disconnect", "code": 1001}
+                if message["type"] == "websocket.receive":
+                    body = message.get("text")
+                    if body is None:
+                        size = len(message.get("bytes") or b"")
+                    else:  # a UTF-8 character takes at most 4 bytes: most messages skip encode
+                        size = len(body) if 4 * len(body) <= self.max_bytes else len(body.encode())
+                    if size > self.max_bytes:
+                        await send(
+                            {
+                                "type": "websocket.send",
+                                "text": _error_frame(
+                                    f"message of {size} bytes is over the limit of "
+                                    f"{self.max_bytes}; it was not applied",
+                                    "VALIDATION_ERROR",
+                                ),
+                            }
+                        )
+                        continue
+                return message
+
+        try:
+            await self.app(scope, guarded_receive, guarded_send)
+        finally:
+            if state["timer"] is not None:
+                state["timer"].cancel()
+
+    async def _too_large(self, send: Any, size: int) -> None:
+        body = json.dumps(
+            {"detail": f"request body of {size} bytes is over the limit of {self.max_bytes}"}
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
