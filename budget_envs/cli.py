@@ -1033,6 +1033,33 @@ def _indent(text: str, width: int = 600) -> str:
 
 
 # ---------------------------------------------------------------------- train
+#: Defaults of the options only the RLlib trainer takes (None in the parser: given or not).
+_RLLIB_ONLY = {
+    "gamma": 0.99,
+    "max_actions": 2048,
+    "process_max_cost": 100,
+    "hidden": 128,
+    "entropy_coeff": 0.01,
+    "num_epochs": 4,
+    "checkpoint_every": 5,
+    "num_cpus": 2,
+    "warm_start_epochs": 20,
+    "warm_start_explore": 0.3,
+}
+#: Options both trainers take: the RLlib default, and TRL's keyword argument (its own default).
+_SHARED = {
+    "batch_size": (512, "batch_size"),
+    "lr": (3e-4, "learning_rate"),
+    "warm_start_episodes": (0, "warm_start_episodes"),
+    "warm_start_lr": (1e-3, "warm_start_lr"),
+    "process_reward": (None, "process_reward"),
+}
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
 def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
     """``budgetmix train``: RLlib PPO or TRL, into a policy folder ``--agent p=policy:DIR`` plays."""
     _check_env_ids([args.env_id])
@@ -1046,6 +1073,41 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
             parse_budget(budget)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"bad --budget {args.budget!r}: {exc}") from None
+    common = dict(
+        budget=budget,
+        visibility=args.visibility,
+        env_kwargs=args.env_kwargs or {},
+        seed=args.seed,
+        out_dir=args.out,
+        iterations=args.iterations,
+    )
+    if args.trainer == "trl":
+        return _train_trl(args, common, out)
+    return _train_rllib(args, common, out)
+
+
+def _eval_hint(args: argparse.Namespace, folder: Any) -> str:
+    import shlex
+
+    kwargs = f" --env-kwargs {shlex.quote(json.dumps(args.env_kwargs))}" if args.env_kwargs else ""
+    return (
+        f"budgetmix eval {args.env_id} --agent p=policy:{folder} --visibility {args.visibility}"
+        f"{kwargs} --tasks 10 --samples 4 --out RUN"
+    )
+
+
+def _train_rllib(args: argparse.Namespace, common: dict[str, Any], out: TextIO) -> int:
+    if args.trl_kwargs is not None:
+        raise UsageError("--trl-kwargs is for --trainer trl; --trainer rllib takes its own flags")
+    if importlib.util.find_spec("ray") is None or importlib.util.find_spec("torch") is None:
+        raise UsageError('--trainer rllib needs the rllib extra: pip install "budget-envs[rllib]"')
+    opts = {k: v if getattr(args, k) is None else getattr(args, k) for k, v in _RLLIB_ONLY.items()}
+    opts.update(
+        {
+            k: default if getattr(args, k) is None else getattr(args, k)
+            for k, (default, _) in _SHARED.items()
+        }
+    )
     bar: Any = None
 
     def progress(it: int, total: int, row: dict[str, float]) -> None:
@@ -1075,57 +1137,32 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
         if done >= total:
             stage_bars[stage].close()
 
-    common = dict(
-        budget=budget,
-        visibility=args.visibility,
-        env_kwargs=args.env_kwargs or {},
-        seed=args.seed,
-        out_dir=args.out,
-        iterations=args.iterations,
-        progress=progress,
-    )
-    try:
-        if args.trainer == "trl":
-            if importlib.util.find_spec("trl") is None:
-                raise UsageError(
-                    '--trainer trl needs the trl extra: pip install "budget-envs[trl]"'
-                )
-            trl_mod = importlib.import_module("budget_envs.integrations.trl")
-            fn = getattr(trl_mod, "train", None)
-            if not callable(fn):
-                raise UsageError(
-                    "--trainer trl: this install's budget_envs.integrations.trl has no train() yet"
-                )
-            result = fn(args.env_id, **common)
-        else:
-            if importlib.util.find_spec("ray") is None or importlib.util.find_spec("torch") is None:
-                raise UsageError(
-                    '--trainer rllib needs the rllib extra: pip install "budget-envs[rllib]"'
-                )
-            from budget_envs.integrations.rllib_train import train
+    from budget_envs.integrations.rllib_train import train
 
-            result = train(
-                args.env_id,
-                **common,
-                gamma=args.gamma,
-                max_actions=args.max_actions,
-                train_batch_size=args.batch_size,
-                minibatch_size=min(128, args.batch_size),
-                lr=args.lr,
-                checkpoint_every=args.checkpoint_every,
-                process_reward=args.process_reward,
-                process_max_cost=args.process_max_cost,
-                hidden=args.hidden,
-                entropy_coeff=args.entropy_coeff,
-                num_epochs=args.num_epochs,
-                resume=args.resume,
-                num_cpus=args.num_cpus,
-                warm_start_episodes=args.warm_start_episodes,
-                warm_start_epochs=args.warm_start_epochs,
-                warm_start_explore=args.warm_start_explore,
-                warm_start_lr=args.warm_start_lr,
-                warm_start_progress=warm_progress,
-            )
+    try:
+        result = train(
+            args.env_id,
+            **common,
+            progress=progress,
+            gamma=opts["gamma"],
+            max_actions=opts["max_actions"],
+            train_batch_size=opts["batch_size"],
+            minibatch_size=min(128, opts["batch_size"]),
+            lr=opts["lr"],
+            checkpoint_every=opts["checkpoint_every"],
+            process_reward=opts["process_reward"],
+            process_max_cost=opts["process_max_cost"],
+            hidden=opts["hidden"],
+            entropy_coeff=opts["entropy_coeff"],
+            num_epochs=opts["num_epochs"],
+            resume=args.resume,
+            num_cpus=opts["num_cpus"],
+            warm_start_episodes=opts["warm_start_episodes"],
+            warm_start_epochs=opts["warm_start_epochs"],
+            warm_start_explore=opts["warm_start_explore"],
+            warm_start_lr=opts["warm_start_lr"],
+            warm_start_progress=warm_progress,
+        )
     except (FileExistsError, FileNotFoundError, ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
     finally:
@@ -1137,8 +1174,111 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
         f"{result.get('iterations', len(rows))} iterations in {result.get('wall_s', 0):.0f} s; "
         f"last win rate {last.get('win_rate', float('nan')):.3f}, return "
         f"{last.get('return_mean', float('nan')):.3f}. Policy in {result['out_dir']} "
-        f"(metrics.csv{', curve.png' if result.get('curve') else ''}). Next: budgetmix eval "
-        f"{args.env_id} --agent p=policy:{result['out_dir']} --visibility {args.visibility} ...",
+        f"(metrics.csv{', curve.png' if result.get('curve') else ''}).\n"
+        f"Next: {_eval_hint(args, result['out_dir'])}",
+        file=out,
+    )
+    return 0
+
+
+class _GRPOBar:
+    """The ``progress(logs)`` hook of the TRL trainer: a tqdm bar over the GRPO steps."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total = total
+        self.enabled = enabled
+        self.bar: Any = None
+
+    def __call__(self, logs: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.total, desc="GRPO", unit="step", file=sys.stderr)
+        step = int(logs.get("step") or 0)
+        if step > self.bar.n:
+            self.bar.update(step - self.bar.n)
+        if "reward" in logs:
+            self.bar.set_postfix(reward=f"{float(logs['reward']):.2f}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _train_trl(args: argparse.Namespace, common: dict[str, Any], out: TextIO) -> int:
+    import inspect
+
+    given = [k for k in _RLLIB_ONLY if getattr(args, k) is not None]
+    given += ["resume"] if args.resume else []
+    if given:
+        flags = ", ".join(_flag(k) for k in given)
+        raise UsageError(
+            f"{flags}: RLlib option(s) that --trainer trl does not take (its settings go in "
+            "--trl-kwargs JSON; see budgetmix train --help)"
+        )
+    if importlib.util.find_spec("trl") is None:
+        raise UsageError('--trainer trl needs the trl extra: pip install "budget-envs[trl]"')
+    trl_mod = importlib.import_module("budget_envs.integrations.trl")
+    fn = getattr(trl_mod, "train", None)
+    if not callable(fn):
+        raise UsageError(
+            "--trainer trl: this install's budget_envs.integrations.trl has no train() yet"
+        )
+    from budget_envs.integrations.trl_train import POLICY_FILE
+    from budget_envs.integrations.trl_train import train as trl_train
+
+    options = {
+        name: getattr(args, dest)
+        for dest, (_, name) in _SHARED.items()
+        if getattr(args, dest) is not None
+    }
+    extra = dict(args.trl_kwargs or {})
+    accepted = set(inspect.signature(trl_train).parameters) - set(common) - {"env_id", "progress"}
+    by_flag = {name: dest for dest, (_, name) in _SHARED.items()}
+    for key in extra:
+        if key in by_flag:
+            raise UsageError(f"--trl-kwargs: give {key!r} as {_flag(by_flag[key])}")
+        if key in common or key in ("env_id", "progress"):
+            raise UsageError(f"--trl-kwargs: {key!r} is set by the command's own flags")
+        if key not in accepted:
+            raise UsageError(
+                f"--trl-kwargs: unknown key {key!r}; expected some of {sorted(accepted)}"
+            )
+    options.update(extra)
+    if (Path(args.out) / POLICY_FILE).exists():
+        raise UsageError(
+            f"{args.out} already holds a policy ({POLICY_FILE}); choose another --out "
+            "(--trainer trl does not resume)"
+        )
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one bar: the GRPO steps (not each model save)
+    bar = _GRPOBar(args.iterations, enabled=not args.quiet)
+    try:
+        with warnings.catch_warnings():
+            # transformers 5 deprecation notices about TRL's own calls: nothing to act on here
+            warnings.simplefilter("ignore", FutureWarning)
+            result = fn(args.env_id, **common, progress=bar, **options)
+    except (FileExistsError, FileNotFoundError, ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        bar.close()
+    history = result.get("log_history") or []
+    steps = max((int(h.get("step", 0)) for h in history), default=0)
+    rewards = result.get("reward") or []
+    reward = f"{rewards[-1]:.3f}" if rewards else "-"
+    stops = result.get("stop_reasons") or {}
+    stop_text = ", ".join(f"{k} {v}" for k, v in sorted(stops.items(), key=lambda kv: -kv[1]))
+    folder = result["model_dir"]
+    warm = result.get("warm_start_dir")
+    print(
+        f"{steps} GRPO steps in {result.get('wall_time', 0):.0f} s; mean env reward of the last "
+        f"step {reward}; episodes by stop reason: {stop_text or 'none'}.\n"
+        f"Policy in {folder} (a Hugging Face model folder with {POLICY_FILE}"
+        f"{f'; the warm start in {warm}' if warm else ''}).\n"
+        f"Next: {_eval_hint(args, folder)}",
         file=out,
     )
     return 0
@@ -1340,7 +1480,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="send every info value in every step answer (for clients that do not apply "
         "info_delta answers)",
     )
-    t = sub.add_parser("train", help="train a policy (RLlib PPO or TRL) into a policy folder")
+    t = sub.add_parser(
+        "train",
+        help="train a policy (RLlib PPO or TRL GRPO) into a policy folder",
+        description="Train a policy into a policy folder that `budgetmix eval --agent "
+        "NAME=policy:DIR` plays. The options under 'RLlib only' are a usage error with "
+        "--trainer trl; TRL's own settings go in --trl-kwargs (a usage error with --trainer "
+        "rllib).",
+    )
     t.add_argument("env_id", metavar="ENV_ID")
     t.add_argument("--trainer", choices=("rllib", "trl"), default="rllib")
     t.add_argument(
@@ -1353,48 +1500,79 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--env-kwargs", type=_json_dict, default=None, help="JSON constructor kwargs")
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--gamma", type=float, default=0.99, help="discount (default 0.99)")
-    t.add_argument("--iterations", type=int, default=20, help="training iterations in total")
+    t.add_argument(
+        "--iterations",
+        type=int,
+        default=20,
+        help="PPO iterations (rllib) or GRPO steps (trl) in total (default 20)",
+    )
     t.add_argument("--out", required=True, metavar="DIR", help="policy folder to write")
-    t.add_argument("--resume", action="store_true", help="continue the checkpoint in DIR")
-    t.add_argument("--max-actions", type=int, default=2048, help="action slots (rllib)")
-    t.add_argument("--batch-size", type=int, default=512, help="env steps per iteration (rllib)")
-    t.add_argument("--lr", type=float, default=3e-4)
+    t.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="env steps per PPO iteration (rllib, default 512); episodes per GRPO step "
+        "(trl, default 8; a multiple of num_generations)",
+    )
+    t.add_argument(
+        "--lr", type=float, default=None, help="learning rate (rllib 3e-4, trl 1e-3 by default)"
+    )
     t.add_argument(
         "--process-reward",
         type=float,
         default=None,
         metavar="SCALE",
-        help="add the oracle's progress signal (ProcessReward) to the reward (rllib)",
+        help="add the oracle's progress signal (ProcessReward) to the reward",
     )
-    t.add_argument(
-        "--process-max-cost",
-        type=int,
-        default=100,
-        help="the progress signal's max_cost: a loss costs SCALE * (MAX_COST - cost) (rllib)",
-    )
-    t.add_argument("--hidden", type=int, default=128, help="network width (rllib)")
-    t.add_argument("--entropy-coeff", type=float, default=0.01, help="PPO entropy bonus (rllib)")
-    t.add_argument("--num-epochs", type=int, default=4, help="PPO epochs per batch (rllib)")
-    t.add_argument("--checkpoint-every", type=int, default=5, help="iterations between checkpoints")
-    t.add_argument("--num-cpus", type=int, default=2, help="CPUs of the local Ray (rllib)")
     t.add_argument(
         "--warm-start-episodes",
         type=int,
-        default=0,
+        default=None,
         metavar="N",
-        help="first fit the policy to the oracle on N training episodes (rllib; default 0: none)",
+        help="first fit the policy to the oracle on N training episodes (rllib default 0: "
+        "none; trl default 32, on the tiny model only)",
     )
     t.add_argument(
-        "--warm-start-epochs", type=int, default=20, help="warm-start epochs (rllib, default 20)"
+        "--warm-start-lr",
+        type=float,
+        default=None,
+        help="warm-start learning rate (rllib 1e-3, trl 3e-3 by default)",
     )
     t.add_argument(
+        "--trl-kwargs",
+        type=_json_dict,
+        default=None,
+        metavar="JSON",
+        help="(trl only) more keyword arguments of budget_envs.integrations.trl.train, e.g. "
+        '{"model": "Qwen/Qwen3-0.6B", "num_generations": 4, "prompts": 64, '
+        '"warm_start_steps": 60, "max_completion_length": 512, "max_turn_tokens": 24}',
+    )
+    rl = t.add_argument_group("RLlib only (a usage error with --trainer trl)")
+    rl.add_argument("--gamma", type=float, default=None, help="discount (default 0.99)")
+    rl.add_argument("--resume", action="store_true", help="continue the checkpoint in DIR")
+    rl.add_argument("--max-actions", type=int, default=None, help="action slots (default 2048)")
+    rl.add_argument(
+        "--process-max-cost",
+        type=int,
+        default=None,
+        help="the progress signal's max_cost: a loss costs SCALE * (MAX_COST - cost) (default 100)",
+    )
+    rl.add_argument("--hidden", type=int, default=None, help="network width (default 128)")
+    rl.add_argument(
+        "--entropy-coeff", type=float, default=None, help="PPO entropy bonus (default 0.01)"
+    )
+    rl.add_argument("--num-epochs", type=int, default=None, help="PPO epochs per batch (4)")
+    rl.add_argument(
+        "--checkpoint-every", type=int, default=None, help="iterations between checkpoints (5)"
+    )
+    rl.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray (2)")
+    rl.add_argument("--warm-start-epochs", type=int, default=None, help="warm-start epochs (20)")
+    rl.add_argument(
         "--warm-start-explore",
         type=float,
-        default=0.3,
-        help="share of random turns while collecting warm-start states (rllib, default 0.3)",
+        default=None,
+        help="share of random turns while collecting warm-start states (default 0.3)",
     )
-    t.add_argument("--warm-start-lr", type=float, default=1e-3, help="warm-start learning rate")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
 
     st = sub.add_parser(

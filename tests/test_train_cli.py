@@ -1,7 +1,9 @@
 """``budgetmix train`` and trained policies as eval agents (``--agent NAME=policy:DIR``).
 
-Trains once (2 short PPO iterations on ToolUse level 1) in a subprocess, then evaluates the
-policy folder through the real CLI. Needs the ``rllib`` extra.
+RLlib: trains once (2 short PPO iterations on ToolUse level 1) in a subprocess, then evaluates
+the policy folder through the real CLI. TRL: 2 GRPO steps of the tiny offline model on ToolUse
+level 1 and on TextWorld level 1 (two games), then an eval of the folder. Needs the ``rllib``
+and ``trl`` extras and ``textworld``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ EVAL_KW = json.dumps({"level": 1, "world_seed": 1})
 
 
 def _cli(*args, timeout=900):
-    env = dict(os.environ, OMP_NUM_THREADS="1", RAY_DEDUP_LOGS="0")
+    env = dict(os.environ, OMP_NUM_THREADS="1", RAY_DEDUP_LOGS="0", HF_HUB_OFFLINE="1")
     return subprocess.run(
         [sys.executable, "-m", "budget_envs.cli", *args],
         cwd=ROOT,
@@ -246,3 +248,155 @@ def test_demonstrations_are_labelled_by_the_oracle():
         n = len(target)
         assert target.any() and state["action_mask"].shape == (n,)
         assert state["action_mask"].sum() == n
+
+
+# ---------------------------------------------------------------------- --trainer trl
+#: The smallest TRL run that still warm-starts and takes GRPO steps (2 steps of 4 episodes).
+TRL_SMALL = [
+    "--iterations",
+    "2",
+    "--batch-size",
+    "4",
+    "--warm-start-episodes",
+    "4",
+]
+TRL_KWARGS = {
+    "num_generations": 2,
+    "prompts": 4,
+    "warm_start_steps": 10,
+    "max_completion_length": 128,
+    "max_turn_tokens": 16,
+}
+
+
+def _train_trl(env_id, env_kwargs, out, **trl_kwargs):
+    return _cli(
+        "train",
+        env_id,
+        "--trainer",
+        "trl",
+        "--budget",
+        "8",
+        "--env-kwargs",
+        json.dumps(env_kwargs),
+        *TRL_SMALL,
+        "--trl-kwargs",
+        json.dumps({**TRL_KWARGS, **trl_kwargs}),
+        "--out",
+        str(out),
+        "--quiet",
+    )
+
+
+def _check_trl_summary(proc, out, env_id):
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    settings = json.loads((out / "budgetmix_policy.json").read_text())
+    assert settings["env_id"] == env_id and settings["visibility"] == "hidden"
+    assert (out / "config.json").exists() and (out / "warm_start" / "config.json").exists()
+    text = proc.stdout
+    assert "2 GRPO steps in" in text and "episodes by stop reason: " in text
+    assert f"Policy in {out} " in text
+    assert f"Next: budgetmix eval {env_id} --agent p=policy:{out} --visibility hidden" in text
+    assert "{'loss'" not in text  # the trainer's own log printer is off
+
+
+@pytest.fixture(scope="module")
+def trl_policy(tmp_path_factory):
+    out = tmp_path_factory.mktemp("trl") / "policy"
+    proc = _train_trl(ENV_ID, {"level": 1}, out)
+    _check_trl_summary(proc, out, ENV_ID)
+    return out
+
+
+def test_trl_train_end_to_end_writes_a_policy_the_eval_plays(trl_policy, tmp_path):
+    run = tmp_path / "run"
+    proc = _cli(
+        "eval",
+        ENV_ID,
+        "--agent",
+        f"p=policy:{trl_policy}",
+        "--env-kwargs",
+        '{"level": 1}',
+        "--tasks",
+        "1",
+        "--samples",
+        "1",
+        "--budgets",
+        "8",
+        "--out",
+        str(run),
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    episodes = load_records(run)
+    assert len(episodes) == 1 and episodes[0]["agent"] == "p" and episodes[0]["error"] is None
+    assert 1 <= episodes[0]["turns"] <= 8
+    rows = [line.split() for line in proc.stdout.splitlines() if line.startswith(ENV_ID)]
+    assert len(rows) == 1 and rows[0][1] == "p", proc.stdout
+
+
+def test_trl_policy_refuses_another_visibility(trl_policy, tmp_path):
+    proc = _cli(
+        "eval",
+        ENV_ID,
+        "--agent",
+        f"p=policy:{trl_policy}",
+        "--env-kwargs",
+        '{"level": 1}',
+        "--tasks",
+        "1",
+        "--samples",
+        "1",
+        "--budgets",
+        "8",
+        "--visibility",
+        "remaining",
+        "--out",
+        str(tmp_path / "shown"),
+        "--quiet",
+    )
+    assert proc.returncode == 1
+    errors = [r["error"] for r in load_records(tmp_path / "shown")]
+    assert errors and all("trained with visibility='hidden'" in (e or "") for e in errors)
+
+
+def test_trl_train_on_textworld_level_1(tmp_path):
+    """The command of the report (TextWorld level 1, --budget 8), kept small; two training
+    games, so a cold game cache generates two games, not ten."""
+    out = tmp_path / "tw"
+    proc = _train_trl(
+        "BudgetMix/TextWorld-v0",
+        {"level": 1},
+        out,
+        train_tasks=["custom-L1-s0", "custom-L1-s1"],
+    )
+    _check_trl_summary(proc, out, "BudgetMix/TextWorld-v0")
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--gamma", "0.9"], "--gamma: RLlib option(s) that --trainer trl does not take"),
+        (["--max-actions", "64", "--resume"], "--max-actions, --resume: RLlib option(s)"),
+        (["--trl-kwargs", '{"nope": 1}'], "unknown key 'nope'"),
+        (["--trl-kwargs", '{"learning_rate": 0.1}'], "give 'learning_rate' as --lr"),
+        (["--trl-kwargs", '{"seed": 3}'], "'seed' is set by the command's own flags"),
+    ],
+)
+def test_trl_usage_errors_are_one_line(capsys, tmp_path, extra, says):
+    out = tmp_path / "never"
+    rc = cli.main(["train", ENV_ID, "--trainer", "trl", "--out", str(out), *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and says in err[0], err
+    assert not out.exists()
+
+
+def test_trl_kwargs_with_rllib_and_an_existing_trl_policy_are_usage_errors(
+    capsys, tmp_path, trl_policy
+):
+    rc = cli.main(["train", ENV_ID, "--out", str(tmp_path / "x"), "--trl-kwargs", "{}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--trl-kwargs is for --trainer trl" in err[0]
+    rc = cli.main(["train", ENV_ID, "--trainer", "trl", "--out", str(trl_policy)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "already holds a policy" in err[0]
