@@ -301,6 +301,8 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         args.concurrency,
     )
     prefix_from = _prefix_source(args, agents)
+    if args.quiet:  # also the model-loading bars of policy agents (here and in workers)
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         plan = EvalPlan(
             env_ids=list(args.env_ids),
@@ -349,7 +351,7 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     prefix = f", {result.prefix_total} of them prefix probes" if plan.prefix_turns else ""
     print(
         f"{result.ran} records written to {result.run_dir} ({result.skipped} already done, "
-        f"{result.errors} errors{prefix}). Next: budgetmix report {result.run_dir}",
+        f"{result.errors} errors{prefix}).",
         file=out,
     )
     if plan.prefix_turns and not result.prefix_total:
@@ -358,10 +360,61 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             f"t={min(plan.prefix_turns)}",
             file=sys.stderr,
         )
-    warning = _few_tasks_warning(load_records(result.run_dir))
+    records = load_records(result.run_dir)
+    table = _result_table(records)
+    if table:
+        print("\n" + "\n".join(table), file=out)
+    print(
+        f"\nThe full report (the Pass@(K,T) surface, single-step accuracy, recovery, figures): "
+        f"budgetmix report {result.run_dir}  (writes {Path(result.run_dir) / 'report'}/report.md)",
+        file=out,
+    )
+    warning = _few_tasks_warning(records)
     if warning:
         print(warning, file=sys.stderr)
     return 1 if result.errors else 0
+
+
+def _result_table(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Lines of a short table: per env and agent, the episodes, Pass@1 at T_max with its 95%
+    bootstrap interval over tasks (:func:`budget_envs.eval.report.group_surfaces`), and the
+    mean turns; over the episodes without an injected fault. Empty without episodes."""
+    from budget_envs.errors import DerivationError
+    from budget_envs.eval.report import group_surfaces
+
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        if r.get("record", "episode") == "episode" and r.get("fault_turn") is None:
+            key = (r["env_id"], r["agent"], r.get("visibility", "hidden"))
+            groups.setdefault(key, []).append(r)
+    if not groups:
+        return []
+    try:
+        surfaces = {(s.env_id, s.agent, s.visibility): s for s in group_surfaces(records)}
+    except (DerivationError, ValueError) as exc:
+        print(f"warning: no Pass@1 table: {exc}", file=sys.stderr)
+        return []
+    header = ["env", "agent", "episodes", "errors", "T_max", "Pass@1 [95% CI]", "mean turns"]
+    rows = [header]
+    for (env_id, agent, vis), recs in sorted(groups.items()):
+        ok = [r for r in recs if not r.get("error")]
+        surface = surfaces.get((env_id, agent, vis))
+        if surface is None:
+            t_max, cell = str(max(int(r["budget"]) for r in recs)), "-"
+        else:
+            t_max = str(surface.ts[-1])
+            mean, low, high = surface.mean[0, -1], surface.low[0, -1], surface.high[0, -1]
+            cell = f"{mean:.3f} [{low:.3f}, {high:.3f}]"
+        turns = f"{np.mean([int(r['turns']) for r in ok]):.1f}" if ok else "-"
+        label = agent if vis == "hidden" else f"{agent} ({vis})"
+        rows.append([env_id, label, str(len(recs)), str(len(recs) - len(ok)), t_max, cell, turns])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        "Pass@1 at T_max (episodes without an injected fault; 95% bootstrap interval over tasks):"
+    ]
+    for row in rows:
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return lines
 
 
 def _prefix_source(args: argparse.Namespace, agents: dict[str, str]) -> str | None:
@@ -453,14 +506,19 @@ def cmd_play(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
 
     _check_env_ids([args.env_id])
     kwargs: dict[str, Any] = dict(args.env_kwargs or {})
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        env = gym.make(
-            args.env_id,
-            budget=args.budget if args.budget else _default_budget(args.env_id),
-            visibility="hidden",
-            **kwargs,
-        )
+    if args.faults:
+        kwargs["faults"] = _faults(args.faults)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            env = gym.make(
+                args.env_id,
+                budget=args.budget if args.budget else _default_budget(args.env_id),
+                visibility=args.visibility,
+                **kwargs,
+            )
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
     options: dict[str, Any] = {}
     if args.task is not None:
         options["task_id"] = int(args.task) if args.task.isdigit() else args.task
@@ -491,12 +549,29 @@ def cmd_play(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
                 if s.get("won")
                 else ("Out of turns" if truncated and not terminated else "Episode over")
             )
+            first = s.get("first_success_turn")
+            success = f", first success at turn {first}" if first and first > 0 else ""
             print(
-                f"\n{obs}\n\n{verdict}: {s.get('used')} of {s.get('limit')} turns used, "
-                f"first success at turn {s.get('first_success_turn')}.",
+                f"\n{obs}\n\n{verdict}: {s.get('used')} of {s.get('limit')} turns used{success}.",
                 file=out,
             )
+            faults = info.get("faults") or ()
+            if faults:
+                shown = ", ".join(f"{f.get('kind')} at turn {f.get('turn')}" for f in faults)
+                print(f"Faults injected: {shown}.", file=out)
             return 0
+
+
+def _faults(text: str) -> Any:
+    """The ``faults=`` of ``gymnasium.make`` from ``--faults``: kinds ``a,b`` or a JSON object
+    of ErrorInjection arguments (``{"kinds": ["slip"], "rate": 0.2}``)."""
+    text = text.strip()
+    if text[:1] in "{[":
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise UsageError(f"bad --faults {text!r}: not JSON ({exc})") from None
+    return [kind.strip() for kind in text.split(",") if kind.strip()]
 
 
 def _default_budget(env_id: str) -> Any:
@@ -687,8 +762,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         budget = args.budget.strip()
         kwargs["budget"] = None if budget == "none" else int(budget) if budget.isdigit() else budget
     if args.faults:
-        text = args.faults.strip()
-        kwargs["faults"] = json.loads(text) if text[:1] in "{[" else text.split(",")
+        kwargs["faults"] = _faults(args.faults)
     print(
         f"serving {args.env_id} on http://{args.host}:{args.port} (WebSocket /ws, "
         f"{args.max_sessions} sessions); Ctrl-C stops",
@@ -1450,6 +1524,20 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--budget", type=int, default=None, help="turn budget (default: the env's)")
     pl.add_argument("--task", default=None, help="task id or index")
     pl.add_argument("--seed", type=int, default=None)
+    pl.add_argument(
+        "--visibility",
+        default="hidden",
+        help="what the observation says about the budget: hidden (default), remaining, "
+        "final_warning (the status line under it always shows the turns)",
+    )
+    pl.add_argument(
+        "--faults",
+        default=None,
+        metavar="KINDS|JSON",
+        help="inject faults: kinds such as slip,drop (a fault on 10%% of turns) or a JSON object "
+        'of ErrorInjection arguments, e.g. {"kinds": ["slip"], "at_turn": 2}; the faults are '
+        "listed when the episode ends",
+    )
     pl.add_argument("--env-kwargs", type=_json_dict, default=None)
 
     pr = sub.add_parser(

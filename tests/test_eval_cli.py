@@ -60,6 +60,41 @@ def test_play_runs_out_of_turns_and_ends_on_eof():
     assert rc == 0 and "(end of input)" in text
 
 
+def test_play_takes_visibility_and_faults():
+    # remaining: the observation carries the turns left; one drop at turn 1, listed at the end
+    rc, text = run(
+        ["play", TOY_ID, "--task", "1", "--budget", "2", "--visibility", "remaining"]
+        + ["--faults", '{"kinds": ["drop"], "at_turn": 1}'],
+        "look\nlook\n",
+    )
+    assert rc == 0
+    assert "Turns left: 2 of 2" in text and "Turns left: 1 of 2" in text
+    assert "Nothing happens." in text  # the dropped turn's no-effect feedback
+    assert "Out of turns: 2 of 2 turns used." in text
+    assert text.rstrip().endswith("Faults injected: drop at turn 1.")
+    # hidden (the default): no budget line in the observation, only the status line
+    rc, text = run(["play", TOY_ID, "--task", "1", "--budget", "2"], "look\nlook\n")
+    assert rc == 0 and "Turns left:" not in text and "[turn 1/2, 1 left]" in text
+    assert "Faults injected" not in text
+    # kinds alone: a comma list, as for serve
+    rc, text = run(["play", TOY_ID, "--budget", "2", "--faults", "slip,drop"], "look\nlook\n")
+    assert rc == 0 and "Out of turns" in text
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--faults", "nosuch"], "unknown fault kind 'nosuch'"),
+        (["--faults", "{bad"], "bad --faults '{bad': not JSON"),
+        (["--visibility", "loud"], "visibility must be one of"),
+    ],
+)
+def test_play_bad_visibility_or_faults_is_one_line(capsys, extra, says):
+    rc, _ = run(["play", TOY_ID, *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and says in err[0], err
+
+
 def test_eval_report_compare(tmp_path):
     run_dir = tmp_path / "run"
     rc, text = run(
@@ -90,6 +125,15 @@ def test_eval_report_compare(tmp_path):
     assert rc == 0, text
     recs = load_records(run_dir)
     assert {r["agent"] for r in recs} == {"random", "eps", "oracle"}
+    # the closing table: one row per agent, episodes without a fault, Pass@1 at T_max = 12
+    table = text.split("Pass@1 at T_max", 1)[1].splitlines()[1:5]
+    assert table[0].split()[:5] == ["env", "agent", "episodes", "errors", "T_max"]
+    rows = {line.split()[1]: line.split() for line in table[1:]}
+    assert set(rows) == {"random", "eps", "oracle"}
+    assert all(row[0] == TOY_ID and row[2:5] == ["12", "0", "12"] for row in rows.values())
+    assert rows["oracle"][5:8] == ["1.000", "[1.000,", "1.000]"]
+    assert 0.0 <= float(rows["random"][5]) <= 1.0 and float(rows["oracle"][-1]) >= 1
+    assert f"budgetmix report {run_dir}" in text
     assert (run_dir / "config.json").exists()
     rc, text = run(["eval", TOY_ID, "--out", str(run_dir), "--quiet"])
     assert rc == 2  # no silent overwrite
@@ -190,6 +234,9 @@ def test_eval_visible_run(tmp_path):
         ]
     )
     assert rc == 0
+    rows = [line.split() for line in text.splitlines() if line.startswith(TOY_ID)]
+    assert [row[1:3] for row in rows] == [["oracle", "(remaining)"]]
+    assert rows[0][3:6] == ["8", "0", "12"]  # 2 tasks x 2 samples, at T=6 and at T=12
     rc, text = run(["report", str(tmp_path / "v"), "--no-figures", "--boot", "50"])
     assert rc == 0 and "oracle (remaining)" in text and "| T=6 | T=12 |" in text
 
