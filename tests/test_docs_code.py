@@ -46,17 +46,14 @@ PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.
 MIN_RUNNABLE = 18
 
 #: Markers for blocks on pages whose maintainers have not placed them yet, keyed by (page, a
-#: fragment of the block's code): each acts exactly as the marker written above the block would.
-#: Once the page carries its own marker (or the block changes), the entry no longer matches and
-#: ``test_pending_markers_match_a_block`` says to delete it.
+#: fragment of the block's code found in exactly one block of the page): each acts exactly as
+#: the marker written above the block would. Once the page carries its own marker (or the block
+#: changes), the entry no longer matches and ``test_pending_markers_match_a_block`` says to
+#: delete it.
 PENDING_MARKERS: dict[tuple[str, str], str] = {
     ("docs/alfworld.md", 'data_dir="~/alfworld_data"'): (
         "skip: its last line reads ALFWorld's downloaded data (alfworld-download) from "
         "~/alfworld_data"
-    ),
-    ("docs/training.md", "GRPOTrainer("): (
-        "skip: a sketch: `model` (a Hub checkpoint) is not defined and GRPOConfig(...) elides "
-        "its arguments"
     ),
     ("docs/training.md", "ppo_config("): "slow",
 }
@@ -145,13 +142,14 @@ def _blocks(page: str, text: str) -> tuple[list[Block], list[str]]:
 
 
 def _apply_pending(blocks: list[Block]) -> set[tuple[str, str]]:
-    """Give unmarked blocks their PENDING_MARKERS entry; returns the entries that matched."""
+    """Give the one unmarked block an entry of PENDING_MARKERS names its marker; returns the
+    entries that named exactly one block (an entry naming several marks none of them)."""
     matched = set()
     for (page, fragment), marker in PENDING_MARKERS.items():
-        for block in blocks:
-            if block.page == page and not block.markers and fragment in "\n".join(block.code):
-                block.markers = [marker]
-                matched.add((page, fragment))
+        named = [b for b in blocks if b.page == page and fragment in "\n".join(b.code)]
+        if len(named) == 1 and not named[0].markers:
+            named[0].markers = [marker]
+            matched.add((page, fragment))
     return matched
 
 
@@ -393,6 +391,7 @@ def test_enough_blocks_run():
 def test_pending_markers_match_a_block():
     stale = sorted(set(PENDING_MARKERS) - MATCHED_PENDING)
     assert not stale, (
-        "these PENDING_MARKERS entries match no unmarked block (the page has its own marker "
-        f"now, or the block changed): delete them from tests/test_docs_code.py: {stale}"
+        "these PENDING_MARKERS entries do not name exactly one unmarked block (the page has its "
+        f"own marker now, or its blocks changed): delete or fix them in "
+        f"tests/test_docs_code.py: {stale}"
     )
