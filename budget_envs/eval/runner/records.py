@@ -168,6 +168,12 @@ def obs_digest(obs: str) -> str:
     return hashlib.sha256(obs.encode("utf-8", "replace")).hexdigest()[:16]
 
 
+def _from_job(job: EpisodeJob | ProbeJob | PrefixJob, *names: str) -> dict[str, Any]:
+    """The fields every record copies from its job (env, task, seed, agent, key), plus ``names``."""
+    fields = ("env_id", "task_id", "task_index", "seed", "agent", *names)
+    return {name: getattr(job, name) for name in fields} | {"key": job.key}
+
+
 def episode_record(
     job: EpisodeJob,
     *,
@@ -187,15 +193,7 @@ def episode_record(
     ``obs_digests``, ``costs``, ``state_hashes``, ``agent_turns``, ``stop_reason``).
     """
     return EpisodeRecord(
-        env_id=job.env_id,
-        task_id=job.task_id,
-        task_index=job.task_index,
-        sample=job.sample,
-        seed=job.seed,
-        budget=job.budget,
-        visibility=job.visibility,
-        agent=job.agent,
-        fault_turn=job.fault_turn,
+        **_from_job(job, "sample", "budget", "visibility", "fault_turn"),
         fault_kinds=None if job.fault_kinds is None else list(job.fault_kinds),
         turns=turns,
         won=won,
@@ -205,7 +203,6 @@ def episode_record(
         wall_time=wall_time,
         tokens=tokens,
         error=error,
-        key=job.key,
         **per_turn,
     )
 
@@ -223,12 +220,7 @@ def probe_record(
 ) -> ProbeRecord:
     """The record of a single-step probe of ``job`` (the defaults: a probe that never ran)."""
     return ProbeRecord(
-        env_id=job.env_id,
-        task_id=job.task_id,
-        task_index=job.task_index,
-        seed=job.seed,
-        agent=job.agent,
-        prefix_turns=job.prefix_turns,
+        **_from_job(job, "prefix_turns"),
         action=action,
         correct=correct,
         progress=progress,
@@ -236,7 +228,6 @@ def probe_record(
         wall_time=wall_time,
         tokens=tokens,
         error=error,
-        key=job.key,
     )
 
 
@@ -258,14 +249,8 @@ def prefix_record(
     counts as won only when the replay reached the recorded state and the agent did not fail."""
     source = job.source
     return PrefixRecord(
-        env_id=job.env_id,
-        task_id=job.task_id,
-        task_index=job.task_index,
-        seed=job.seed,
-        budget=job.budget,
-        agent=job.agent,
+        **_from_job(job, "budget", "prefix_turns", "visibility"),
         source=str(source.get("agent", "")),
-        prefix_turns=job.prefix_turns,
         reached=bool(reached),
         damage=damage,
         won=bool(reached and first_success_turn is not None and error is None),
@@ -276,8 +261,6 @@ def prefix_record(
         actions=actions,
         tokens=tokens,
         error=error,
-        key=job.key,
-        visibility=job.visibility,
         source_key=str(source.get("key", "")),
         prefix_digest=prefix_digest(list(source.get("actions") or [])[: job.prefix_turns]),
         state_hash=state_hash,
