@@ -16,21 +16,17 @@ Every other job (sync agents, single-step probes) runs through
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import gymnasium as gym
 
-from budget_envs.errors import AgentError
-from budget_envs.eval.runner.episode import EpisodeLog, agent_info, turn_log, usage
+from budget_envs.eval.runner.episode import EpisodeLog, agent_error, agent_info, turn_log, usage
 from budget_envs.eval.runner.plan import EpisodeJob, ProbeJob, make_env
 from budget_envs.eval.runner.records import EpisodeRecord, ProbeRecord
 from budget_envs.eval.runner.worker import Worker, env_key, job_env_kwargs, run_one
 
 __all__ = ["EnvPool", "arun_episode", "is_async_agent", "preflight_agents", "run_worker_jobs"]
-
-logger = logging.getLogger(__name__)
 
 
 def is_async_agent(agent: Any) -> bool:
@@ -110,24 +106,17 @@ async def arun_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeReco
     hidden = job.visibility == "hidden"
     error = None
     episode: Any = None
-    obs, info = env.reset(seed=job.seed, options={"task_id": job.task_index, "budget": job.budget})
-    log.info = info
+    obs, info = log.reset()
     try:
         episode = agent.open_episode(
             env_id=job.env_id, observation=obs, info=agent_info(info, hidden), seed=job.seed
         )
-        while True:
+        done = False
+        while not done:
             action = await episode.act(obs, agent_info(info, hidden))
-            log.before_step(action, unwrapped.oracle_actions)
-            obs, _, terminated, truncated, info = env.step(action)
-            log.after_step(action, obs, info)
-            if terminated or truncated:
-                break
-    except AgentError as exc:
-        error = f"AgentError: {exc}"
+            obs, info, done = log.step(action, unwrapped.oracle_actions)
     except Exception as exc:  # a user's agent may raise anything; record it, keep the run going
-        logger.exception("agent %s failed on %s", job.agent, job.key)
-        error = f"{type(exc).__name__}: {exc}"
+        error = agent_error(exc, job.agent, job.key)
     if episode is None:
         return log.record(error, None, None)
     return log.record(error, usage(episode), turn_log(episode))

@@ -21,7 +21,7 @@ from budget_envs.eval.runner.records import (
     obs_digest,
 )
 
-__all__ = ["agrees", "run_episode", "transcript"]
+__all__ = ["agent_error", "agrees", "run_episode", "transcript"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,7 @@ class EpisodeLog:
 
     def __init__(self, job: EpisodeJob, env: gym.Env) -> None:
         self.job = job
+        self.env = env
         self.unwrapped = env.unwrapped
         self.start = time.perf_counter()
         self.track = job.track_oracle and has_oracle(self.unwrapped)
@@ -82,19 +83,30 @@ class EpisodeLog:
         self.turns = 0
         self.info: Mapping[str, Any] = {}
 
-    def before_step(self, action: Any, best: Callable[[], list[str]]) -> None:
-        """Oracle agreement of the action about to be played (``best`` gives the oracle's)."""
+    def reset(self) -> tuple[str, Mapping[str, Any]]:
+        """Reset the env to the job's task, seed and budget."""
+        job = self.job
+        obs, self.info = self.env.reset(
+            seed=job.seed, options={"task_id": job.task_index, "budget": job.budget}
+        )
+        return obs, self.info
+
+    def step(
+        self, action: Any, best: Callable[[], list[str]]
+    ) -> tuple[str, Mapping[str, Any], bool]:
+        """Play ``action`` and log the turn (``best`` gives the oracle's actions before it);
+        returns the observation, the info and whether the episode ended."""
         if self.agreement is not None:
             oracle = best()
             self.agreement.append(agrees(action, oracle) if oracle else None)
-
-    def after_step(self, action: Any, obs: str, info: Mapping[str, Any]) -> None:
+        obs, _, terminated, truncated, info = self.env.step(action)
         self.actions.append(action if isinstance(action, str) else repr(action))
         self.digests.append(obs_digest(obs))
         self.costs.append(int(self.unwrapped.cost_to_go()) if self.track else None)
         self.hashes.append(info.get("state_hash"))
         self.turns += 1
         self.info = info
+        return obs, info, bool(terminated or truncated)
 
     def record(
         self, error: str | None, tokens: dict[str, int] | None, agent_turns: Any
@@ -141,25 +153,27 @@ def run_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeRecord:
     if bind is not None:
         bind(oracle)
     error = None
-    obs, info = env.reset(seed=job.seed, options={"task_id": job.task_index, "budget": job.budget})
-    log.info = info
+    obs, info = log.reset()
     try:
         agent.reset(
             env_id=job.env_id, observation=obs, info=agent_info(info, hidden), seed=job.seed
         )
-        while True:
-            action = agent.act(obs, agent_info(info, hidden))
-            log.before_step(action, oracle)
-            obs, _, terminated, truncated, info = env.step(action)
-            log.after_step(action, obs, info)
-            if terminated or truncated:
-                break
-    except AgentError as exc:
-        error = f"AgentError: {exc}"
+        done = False
+        while not done:
+            obs, info, done = log.step(agent.act(obs, agent_info(info, hidden)), oracle)
     except Exception as exc:  # a user's agent may raise anything; record it, keep the run going
-        logger.exception("agent %s failed on %s", job.agent, job.key)
-        error = f"{type(exc).__name__}: {exc}"
+        error = agent_error(exc, job.agent, job.key)
     return log.record(error, usage(agent), turn_log(agent))
+
+
+def agent_error(exc: Exception, agent: str, where: str) -> str:
+    """The record's ``error`` for what an agent raised during ``where`` (a job key): an
+    :class:`AgentError` says what went wrong in its message; anything else (a user's agent may
+    raise anything) is logged with its traceback too. The run goes on either way."""
+    if isinstance(exc, AgentError):
+        return f"AgentError: {exc}"
+    logger.exception("agent %s failed on %s", agent, where)
+    return f"{type(exc).__name__}: {exc}"
 
 
 def has_oracle(unwrapped: Any) -> bool:

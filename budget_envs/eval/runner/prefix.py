@@ -13,7 +13,6 @@ A plan with ``prefix_turns`` runs these probes after its episodes (:func:`plan_p
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -21,8 +20,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from budget_envs.eval.agents import AgentError
-from budget_envs.eval.runner.episode import agent_info, usage
+from budget_envs.eval.runner.episode import agent_error, agent_info, usage
 from budget_envs.eval.runner.plan import EvalPlan, PrefixJob
 from budget_envs.eval.runner.records import (
     PrefixRecord,
@@ -59,8 +57,6 @@ SOURCE_FIELDS = (
     "costs",
     "state_hashes",
 )
-
-logger = logging.getLogger(__name__)
 
 
 def prefix_jobs(
@@ -224,11 +220,8 @@ def run_prefix(
             turns += 1
         first = first_success(info.get("episode_summary"))
         stop = info.get("stop_reason")
-    except AgentError as exc:
-        error = f"AgentError: {exc}"
-    except Exception as exc:  # a user's agent may raise anything; record it
-        logger.exception("agent %s failed on a prefix of %s", agent_name, rec.get("key"))
-        error = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # a user's agent may raise anything; record it, keep the run going
+        error = agent_error(exc, agent_name, f"a prefix of {rec.get('key')}")
     job = PrefixJob(env_id=rec["env_id"], agent=agent_name, source=rec, prefix_turns=t)
     return prefix_record(
         job,

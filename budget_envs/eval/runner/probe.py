@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from budget_envs.eval.agents import AgentError
-from budget_envs.eval.runner.episode import agent_info, agrees, usage
+from budget_envs.eval.runner.episode import agent_error, agent_info, agrees, usage
 from budget_envs.eval.runner.plan import ProbeJob
 from budget_envs.eval.runner.records import ProbeRecord, probe_record
 
 __all__ = ["run_probe"]
-
-logger = logging.getLogger(__name__)
 
 
 def run_probe(job: ProbeJob, agent: Any, env: gym.Env) -> ProbeRecord:
@@ -64,11 +60,8 @@ def run_probe(job: ProbeJob, agent: Any, env: gym.Env) -> ProbeRecord:
             env.step(action)
             progress = bool(unwrapped.won or unwrapped.cost_to_go() < cost)
             unwrapped.restore(snap)
-    except AgentError as exc:
-        error = f"AgentError: {exc}"
-    except Exception as exc:
-        logger.exception("agent %s failed on %s", job.agent, job.key)
-        error = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # a user's agent may raise anything; record it, keep the run going
+        error = agent_error(exc, job.agent, job.key)
     return probe_record(
         job,
         action=action,
