@@ -291,6 +291,21 @@ def single_step_accuracy(records: Sequence[Any]) -> dict[str, float | int | None
 UNSOLVABLE = 10_000
 
 
+def _fault_damage(faults: Iterable[Mapping[str, Any]]) -> tuple[list[int], int]:
+    """The damage of each fault whose oracle costs are known (cost-to-go after minus before),
+    and how many faults left the task unsolvable (counted apart, not as damage)."""
+    damage, unrecoverable = [], 0
+    for f in faults:
+        before, after = f.get("cost_before"), f.get("cost_after")
+        if before is None or after is None:
+            continue
+        if after >= UNSOLVABLE:
+            unrecoverable += 1
+        elif before < UNSOLVABLE:
+            damage.append(after - before)
+    return damage, unrecoverable
+
+
 @dataclass(frozen=True)
 class RecoveryRow:
     """Success after a fault at ``fault_turn`` against no fault, at the same budget."""
@@ -338,20 +353,9 @@ def recovery_table(
     for (t, run_budget), group in sorted(faulted.items()):
         ref = base.get(run_budget, [])
         hidden = all(_get(r, "visibility", "hidden") == "hidden" for r in group + ref)
-        damage = []
-        fired = unrecoverable = 0
-        for r in group:
-            for f in _get(r, "faults") or []:
-                if f.get("turn") != t:
-                    continue
-                fired += 1
-                before, after = f.get("cost_before"), f.get("cost_after")
-                if before is None or after is None:
-                    continue
-                if after >= UNSOLVABLE:
-                    unrecoverable += 1
-                elif before < UNSOLVABLE:
-                    damage.append(after - before)
+        fired_faults = [f for r in group for f in _get(r, "faults") or [] if f.get("turn") == t]
+        fired = len(fired_faults)
+        damage, unrecoverable = _fault_damage(fired_faults)
         wanted = (
             [run_budget]
             if budgets is None
@@ -446,15 +450,7 @@ def recovery_by_cell(records: Sequence[Any]) -> list[CellRecoveryRow]:
         low, high = wilson_interval(wins, len(group))
         budgets = {int(_get(r, "budget")) for r, _ in group}
         ref = [r for r in base.get((env_id, agent), []) if int(_get(r, "budget")) in budgets]
-        damage, unrecoverable = [], 0
-        for _, f in group:
-            before, after = f.get("cost_before"), f.get("cost_after")
-            if before is None or after is None:
-                continue
-            if after >= UNSOLVABLE:
-                unrecoverable += 1
-            elif before < UNSOLVABLE:
-                damage.append(after - before)
+        damage, unrecoverable = _fault_damage([f for _, f in group])
         rows.append(
             CellRecoveryRow(
                 env_id=env_id,
