@@ -82,28 +82,22 @@ def surface_figures(
                 label=s.label,
             )[0]
             ax.fill_between(s.ts, s.low[0], s.high[0], alpha=0.2, step=step, color=line.get_color())
-        ax.set(
-            xlabel="T (turn budget)",
-            ylabel="Pass@(1,T)",
-            ylim=(-0.02, 1.02),
-            title=f"{env_id}: Pass@(1,T), 95% CI",
+        paths.append(
+            _save_curves(
+                fig, ax, "T (turn budget)", "Pass@(1,T)", env_id, out / f"{stem}_pass1_vs_T.png"
+            )
         )
-        ax.legend(fontsize=8)
-        paths.append(save(fig, out / f"{stem}_pass1_vs_T.png"))
         # Pass@(K,T_max)
         fig = Figure(figsize=(6, 4), layout="constrained")
         ax = fig.subplots()
         for s in group:
             ax.plot(s.ks, s.mean[:, -1], "o-", label=f"{s.label} (T={s.ts[-1]})")
             ax.fill_between(s.ks, s.low[:, -1], s.high[:, -1], alpha=0.2)
-        ax.set(
-            xlabel="K (samples)",
-            ylabel="Pass@(K,T_max)",
-            ylim=(-0.02, 1.02),
-            title=f"{env_id}: Pass@(K,T_max), 95% CI",
+        paths.append(
+            _save_curves(
+                fig, ax, "K (samples)", "Pass@(K,T_max)", env_id, out / f"{stem}_passK_at_Tmax.png"
+            )
         )
-        ax.legend(fontsize=8)
-        paths.append(save(fig, out / f"{stem}_passK_at_Tmax.png"))
         # single-step accuracy
         rows = [r for r in acc_rows if r["env_id"] == env_id]
         if rows:
@@ -162,3 +156,10 @@ def surface_figures(
             fig.suptitle(f"{env_id}: recovery from one fault (dotted: no fault, same T)")
             paths.append(save(fig, out / f"{stem}_recovery.png"))
     return paths
+
+
+def _save_curves(fig: Any, ax: Any, xlabel: str, ylabel: str, env_id: str, path: Path) -> Path:
+    """Label a figure of success curves with their intervals (0 to 1, a legend) and save it."""
+    ax.set(xlabel=xlabel, ylabel=ylabel, ylim=(-0.02, 1.02), title=f"{env_id}: {ylabel}, 95% CI")
+    ax.legend(fontsize=8)
+    return save(fig, path)

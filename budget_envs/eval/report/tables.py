@@ -36,15 +36,16 @@ def slug(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text).strip("_")
 
 
-def write_dicts(path: Path, rows: list[dict[str, Any]]) -> None:
-    """``rows`` as a CSV file with a header (floats to 6 decimals); empty rows: an empty file."""
+def write_dicts(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """``rows`` as a CSV file with a header (floats to 6 decimals; no rows: an empty file);
+    returns ``path``."""
     with open(path, "w", newline="", encoding="utf-8") as fh:
-        if not rows:
-            return
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        for row in rows:
-            w.writerow({k: (f"{v:.6f}" if isinstance(v, float) else v) for k, v in row.items()})
+        if rows:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            for row in rows:
+                w.writerow({k: (f"{v:.6f}" if isinstance(v, float) else v) for k, v in row.items()})
+    return path
 
 
 def grid_cells(

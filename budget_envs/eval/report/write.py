@@ -108,9 +108,7 @@ def write_report(
         )
         for note in s.notes:
             md.append(f"|  | note: {note} | | | | | | |")
-    path = out / "summary.csv"
-    write_dicts(path, summary_rows)
-    tables.append(path)
+    tables.append(write_dicts(out / "summary.csv", summary_rows))
 
     # ---- Pass@(1,T) at a few budgets
     md += ["", "### Pass@(1,T) by budget", ""]
@@ -152,9 +150,7 @@ def write_report(
                 f"| {r['env_id']} | {r['agent']} | {fmt(r['on_policy'])} | {r['on_policy_turns']} | "
                 f"{fmt(r['prefix'])} | {r['prefix_states']} | {fmt(r['prefix_progress'])} |"
             )
-        path = out / "single_step.csv"
-        write_dicts(path, acc_rows)
-        tables.append(path)
+        tables.append(write_dicts(out / "single_step.csv", acc_rows))
         md.append("")
 
     # ---- recovery
@@ -189,23 +185,17 @@ def write_report(
                 f"{r['fired']:.2f} | {r['success']:.3f} | {fmt(r['baseline_success'])} | "
                 f"{fmt(r['damage'], 2)} | {fmt(r['extra_turns'], 2)} | {r['unrecoverable']} |"
             )
-        path = out / "recovery.csv"
-        write_dicts(path, rec_rows)
-        tables.append(path)
+        tables.append(write_dicts(out / "recovery.csv", rec_rows))
         md.append("")
 
     cell_md, cell_rows = recovery_by_cell_markdown(records)
     if cell_rows:
         md += cell_md
-        path = out / "recovery_by_cell.csv"
-        write_dicts(path, cell_rows)
-        tables.append(path)
+        tables.append(write_dicts(out / "recovery_by_cell.csv", cell_rows))
     prefix_md, prefix_rows = prefix_markdown(records)
     if prefix_rows:
         md += prefix_md
-        path = out / "prefix_recovery.csv"
-        write_dicts(path, prefix_rows)
-        tables.append(path)
+        tables.append(write_dicts(out / "prefix_recovery.csv", prefix_rows))
 
     if errors:
         md += [
