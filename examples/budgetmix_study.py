@@ -7,7 +7,7 @@ training, compares them and writes the study page::
     python examples/budgetmix_study.py --quick --out /tmp/study --docs /tmp/study/study.md
     python examples/budgetmix_study.py --report-only   # tables and figures from study/records
 
-Needs ``pip install "budget-envs[rllib,plots]"``.
+Needs ``pip install -e ".[rllib,plots]"`` in a clone of this repository.
 """
 
 from __future__ import annotations

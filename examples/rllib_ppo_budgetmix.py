@@ -10,7 +10,7 @@ Smoke run on CPU (2 iterations, about a minute)::
 
     python examples/rllib_ppo_budgetmix.py --smoke
 
-Needs ``pip install "budget-envs[rllib]"`` (plus the env's own extra, e.g. ``[textworld]``).
+Needs ``pip install -e ".[rllib]"`` in a clone of this repository (plus the env's own extra, e.g. ``[textworld]``).
 """
 
 from __future__ import annotations

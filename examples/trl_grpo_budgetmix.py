@@ -10,7 +10,7 @@ Smoke run on CPU (about a minute; a tiny model built offline, 2 GRPO steps)::
 
     HF_HUB_OFFLINE=1 python examples/trl_grpo_budgetmix.py --smoke
 
-Needs ``pip install "budget-envs[trl]"`` (plus the env's own extra, e.g. ``[textworld]``).
+Needs ``pip install -e ".[trl]"`` in a clone of this repository (plus the env's own extra, e.g. ``[textworld]``).
 """
 
 from __future__ import annotations

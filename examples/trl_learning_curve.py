@@ -13,8 +13,8 @@ a figure (reward per GRPO step; win rates before and after with the gain's inter
 
 The defaults play TextWorld coin collector at level 1 (the coin is in the starting room: the
 winning reply is ``take coin``, the same words in every game), games 0-23 train, 24-47
-evaluate, T=2 at evaluation (one turn above the optimum). Needs ``pip install
-"budget-envs[trl,textworld,plots]"``; the games are generated on first use (``budgetmix
+evaluate, T=2 at evaluation (one turn above the optimum). Needs ``pip install -e
+".[trl,textworld,plots]"`` in a clone of this repository; the games are generated on first use (``budgetmix
 prepare`` caches them).
 """
 

@@ -11,7 +11,7 @@ Smoke run on CPU (starts its own server; a tiny model built offline, 2 GRPO step
 
     HF_HUB_OFFLINE=1 python examples/trl_openenv.py --smoke
 
-Needs ``pip install "budget-envs[trl,openenv]"``.
+Needs ``pip install -e ".[trl,openenv]"`` in a clone of this repository.
 """
 
 from __future__ import annotations

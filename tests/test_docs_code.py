@@ -51,10 +51,6 @@ MIN_RUNNABLE = 18
 #: changes), the entry no longer matches and ``test_pending_markers_match_a_block`` says to
 #: delete it.
 PENDING_MARKERS: dict[tuple[str, str], str] = {
-    ("docs/alfworld.md", 'data_dir="~/alfworld_data"'): (
-        "skip: its last line reads ALFWorld's downloaded data (alfworld-download) from "
-        "~/alfworld_data"
-    ),
     ("docs/training.md", "ppo_config("): "slow",
 }
 

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-ray = pytest.importorskip("ray", reason='needs pip install "budget-envs[ray]"')
+ray = pytest.importorskip("ray", reason='needs the ray extra: pip install -e ".[ray]"')
 
 import toy_env  # noqa: E402
 from contract_helpers import TOY_ID, make, policy_action  # noqa: E402

@@ -17,7 +17,9 @@ import threading
 import numpy as np
 import pytest
 
-pytest.importorskip("openenv.core.env_server", reason='needs pip install "budget-envs[openenv]"')
+pytest.importorskip(
+    "openenv.core.env_server", reason='needs the openenv extra: pip install -e ".[openenv]"'
+)
 
 from budget_envs.registry import registered_ids  # noqa: E402
 from contract_helpers import make, policy_action  # noqa: E402
