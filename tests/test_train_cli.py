@@ -269,7 +269,7 @@ TRL_KWARGS = {
 }
 
 
-def _train_trl(env_id, env_kwargs, out, **trl_kwargs):
+def _train_trl(env_id, env_kwargs, out, *extra, **trl_kwargs):
     return _cli(
         "train",
         env_id,
@@ -285,16 +285,17 @@ def _train_trl(env_id, env_kwargs, out, **trl_kwargs):
         "--out",
         str(out),
         "--quiet",
+        *extra,
     )
 
 
-def _check_trl_summary(proc, out, env_id):
+def _check_trl_summary(proc, out, env_id, steps=2):
     assert proc.returncode == 0, proc.stderr[-3000:]
     settings = json.loads((out / "budgetmix_policy.json").read_text())
     assert settings["env_id"] == env_id and settings["visibility"] == "hidden"
     assert (out / "config.json").exists() and (out / "warm_start" / "config.json").exists()
     text = proc.stdout
-    assert "2 GRPO steps in" in text and "episodes by stop reason: " in text
+    assert f"{steps} GRPO steps in" in text and "episodes by stop reason: " in text
     assert f"Policy in {out} " in text
     assert f"Next: budgetmix eval {env_id} --agent p=policy:{out} --visibility hidden" in text
     assert "{'loss'" not in text  # the trainer's own log printer is off
@@ -371,6 +372,16 @@ def test_trl_train_on_textworld_level_1(tmp_path):
         train_tasks=["custom-L1-s0", "custom-L1-s1"],
     )
     _check_trl_summary(proc, out, "BudgetMix/TextWorld-v0")
+
+
+def test_trl_iterations_0_keeps_the_warm_start_as_the_policy(tmp_path):
+    out = tmp_path / "warm"
+    proc = _train_trl(ENV_ID, {"level": 1}, out, "--iterations", "0")
+    _check_trl_summary(proc, out, ENV_ID, steps=0)
+    assert "episodes by stop reason: none." in proc.stdout
+    assert not (out / "trainer").exists()  # no GRPO trainer ran
+    weights = (out / "model.safetensors").read_bytes()
+    assert weights == (out / "warm_start" / "model.safetensors").read_bytes()
 
 
 @pytest.mark.parametrize(

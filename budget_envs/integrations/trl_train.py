@@ -124,7 +124,7 @@ def train(
         out_dir: the trained policy is saved here as a Hugging Face model folder (loadable by
             ``from_pretrained`` and by :class:`PolicyAgent`); the warm start in
             ``out_dir/warm_start``.
-        iterations: GRPO steps.
+        iterations: GRPO steps; 0 saves the warm-started model as the policy.
         progress: called once as GRPO starts (``{"step": 0}``), then with each log dict of the
             trainer (step, reward, loss, stop reasons).
         model: ``"tiny"`` (the offline tiny model, built and warm-started here) or a model name
@@ -146,6 +146,8 @@ def train(
         (the trainer's logs), ``reward`` (mean env reward per step), ``stop_reasons`` (counts
         over every training episode), ``model_dir``, ``warm_start_dir``, ``train_tasks``.
     """
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
+        raise ValueError(f"iterations must be an int >= 0, got {iterations!r}")
     _require()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
@@ -225,6 +227,22 @@ def train(
             if progress is not None:
                 progress({"step": state.global_step, **logs})
 
+    stop_counts: dict[str, int] = {}
+
+    def metrics(model_dir: Path, history: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "wall_time": time.perf_counter() - start,
+            "warm_start_loss": (losses[0], losses[-1]) if losses else None,
+            "log_history": history,
+            "reward": [h["reward"] for h in history if "reward" in h],
+            "stop_reasons": stop_counts,
+            "model_dir": str(model_dir),
+            "warm_start_dir": str(warm_dir),
+            "train_tasks": tasks,
+        }
+
+    if iterations == 0:  # the warm start alone (GRPOConfig's max_steps=0 means whole epochs)
+        return metrics(save_policy(policy, tokenizer, out, settings), [])
     config = GRPOConfig(
         output_dir=str(out / "trainer"),
         max_steps=int(iterations),
@@ -243,7 +261,6 @@ def train(
         seed=int(seed),
         disable_tqdm=True,
     )
-    stop_counts: dict[str, int] = {}
 
     def counting_rollout(batch_prompts: list[Any], trainer: Any) -> dict[str, list]:
         result = rollout(batch_prompts, trainer)
@@ -264,18 +281,9 @@ def train(
     # the logs go to `progress` and the log instead.
     trainer.remove_callback(PrinterCallback)
     trainer.train()
-    model_dir = save_policy(trainer.model, tokenizer, out, settings)
-    history = list(trainer.state.log_history)
-    return {
-        "wall_time": time.perf_counter() - start,
-        "warm_start_loss": (losses[0], losses[-1]) if losses else None,
-        "log_history": history,
-        "reward": [h["reward"] for h in history if "reward" in h],
-        "stop_reasons": stop_counts,
-        "model_dir": str(model_dir),
-        "warm_start_dir": str(warm_dir),
-        "train_tasks": tasks,
-    }
+    return metrics(
+        save_policy(trainer.model, tokenizer, out, settings), list(trainer.state.log_history)
+    )
 
 
 class PolicyAgent:
