@@ -24,20 +24,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from budget_envs.prepare import PrepareResult, Progress
+
 __all__ = ["ENV_TABLE", "EnvEntry", "PrepareResult", "Progress"]
-
-#: ``progress(done, total, note)``: called by a prepare hook after each file it made or found.
-Progress = Callable[[int, int, str], None]
-
-
-@dataclass(frozen=True)
-class PrepareResult:
-    """What a prepare hook reports: files ready out of those asked for, where, what failed."""
-
-    ready: int
-    total: int
-    location: str
-    failures: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,17 @@ MAX_CLI_LINES = 500
 #: actors, so it sits between the registry and eval; the study trains (integrations) and
 #: evaluates, so it sits above both.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("core", ("budget_envs.core", "budget_envs.info", "budget_envs.errors", "budget_envs._util")),
+    (
+        "core",
+        (
+            "budget_envs.core",
+            "budget_envs.info",
+            "budget_envs.errors",
+            "budget_envs._util",
+            "budget_envs.spaces",
+            "budget_envs.prepare",
+        ),
+    ),
     ("wrappers", ("budget_envs.wrappers",)),
     ("envs", ("budget_envs.envs",)),
     ("registry", ("budget_envs.registry",)),

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from budget_envs._util import cache_root, check_int, check_levels
 from budget_envs.envs.alfworld import generate
-from budget_envs.registry import PrepareResult, Progress
+from budget_envs.prepare import PrepareResult, Progress
 
 logger = logging.getLogger(__name__)
 

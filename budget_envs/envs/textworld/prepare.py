@@ -15,7 +15,7 @@ from pathlib import Path
 
 from budget_envs._util import check_int, check_seeds
 from budget_envs.envs.textworld import generate as gen
-from budget_envs.registry import PrepareResult, Progress
+from budget_envs.prepare import PrepareResult, Progress
 
 __all__ = ["PreparedGame", "prepare", "prepare_hook"]
 
