@@ -50,9 +50,7 @@ MIN_RUNNABLE = 18
 #: the marker written above the block would. Once the page carries its own marker (or the block
 #: changes), the entry no longer matches and ``test_pending_markers_match_a_block`` says to
 #: delete it.
-PENDING_MARKERS: dict[tuple[str, str], str] = {
-    ("docs/training.md", "ppo_config("): "slow",
-}
+PENDING_MARKERS: dict[tuple[str, str], str] = {}
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<ticks>`{3,})[ \t]*(?P<info>[^`\s]*)[^`]*$")
 _MARKER = re.compile(r"^[ \t]*<!--\s*docs-test:\s*(?P<body>.*?)\s*-->[ \t]*$")
