@@ -13,7 +13,6 @@ import importlib.util
 import json
 import logging
 import os
-import re
 import shlex
 import warnings
 from collections import OrderedDict
@@ -37,6 +36,9 @@ from budget_envs._util import names_entity as _names
 from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.envs.textworld import generate as gen
 from budget_envs.envs.textworld.oracle import LIVE, QuestRules, StateGraph
+from budget_envs.envs.textworld.text import MAX_COMMAND_BYTES as MAX_COMMAND_BYTES
+from budget_envs.envs.textworld.text import check_command, clean_intro, clean_text
+from budget_envs.envs.textworld.text import meta_verb as meta_verb
 from budget_envs.errors import ActionRejected, GenerationError
 
 __all__ = [
@@ -48,26 +50,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Jericho silently cuts commands longer than this (in bytes); longer ones are refused instead.
-MAX_COMMAND_BYTES = 190
 #: The interpreter's random seed: fixed so that a task plays the same in every process.
 INTERPRETER_SEED = 1234
-
-# Game-system and debugging verbs of the Inform library: they write files (save, script), open
-# prompts that eat the next commands (quit, restart), rewind the game behind the tracker's back
-# (undo, restore) or reveal/alter the world (debug verbs). All are refused with feedback.
-_META_VERBS = frozenset(
-    """save restore load script transcript unscript noscript quit q die restart undo verify
-    brief verbose superbrief short long notify test actions rules scenes showme purloin abstract
-    gonear tree trace random relations responses showheap showverb scope glklist version""".split()
-)
-_SEGMENT_SPLIT = re.compile(r"[.;,!?]|\bthen\b", re.IGNORECASE)
-_STATUS_TAIL = re.compile(r"\n\s*>[^\n]*\s*\Z")
-_BLANK_RUNS = re.compile(r"\n{3,}")
-_BANNER_LINE = re.compile(r"^[\s$|\\/_]*\$\$[\s$|\\/_]*$")
-_EMPTY_FEEDBACK = "(The game prints nothing.)"
-_END_PROMPT = re.compile(r"\n*Would you like to RESTART, RESTORE[^\n]*")
-_CENTRED = re.compile(r"^ {8,}", re.MULTILINE)
 
 _GRAPHS: OrderedDict[str, StateGraph | None] = OrderedDict()
 _GRAPH_CACHE_SIZE = 16
@@ -100,41 +84,6 @@ def _read_verdict(path: str) -> dict | None:
     except (OSError, ValueError):
         return None
     return verdict if isinstance(verdict, dict) else None
-
-
-def clean_text(text: str) -> str:
-    """The interpreter's text without the prompt, the status line and runs of blank lines."""
-    text = text.replace("\r", "")
-    text = _STATUS_TAIL.sub("", text)
-    text = _END_PROMPT.sub("", text)
-    text = _CENTRED.sub("", text)
-    text = "\n".join(line.rstrip() for line in text.split("\n"))
-    text = _BLANK_RUNS.sub("\n\n", text).strip()
-    return text or _EMPTY_FEEDBACK
-
-
-def clean_intro(text: str, objective: str) -> str:
-    """The first observation: the banner removed, starting at the objective when it is found."""
-    text = text.replace("\r", "")
-    head = objective.strip()[:60]
-    at = text.find(head) if head else -1
-    if at >= 0:
-        text = text[at:]
-    else:
-        text = "\n".join(line for line in text.split("\n") if not _BANNER_LINE.match(line))
-    return clean_text(text)
-
-
-def meta_verb(command: str) -> str | None:
-    """The first game-system verb in ``command`` (any of its sentences), if there is one."""
-    for segment in _SEGMENT_SPLIT.split(command):
-        words = segment.strip().lower().split()
-        if not words:
-            continue
-        verb = words[0].strip("'\"()[]{}<>*")
-        if verb in _META_VERBS or verb.startswith("tw-"):
-            return verb
-    return None
 
 
 @dataclass(frozen=True)
@@ -541,26 +490,8 @@ class TextWorldEnv(TextAgentEnv):
             self._path = None
 
     # ------------------------------------------------------------------ turns
-    def _validate(self, action: str) -> None:
-        if not action.isascii():
-            raise ActionRejected(
-                "Invalid action: the game only reads plain ASCII text. Rephrase without accents "
-                "or symbols."
-            )
-        if len(action.strip()) > MAX_COMMAND_BYTES:
-            raise ActionRejected(
-                f"Invalid action: {len(action.strip())} characters is over the game's limit of "
-                f"{MAX_COMMAND_BYTES}. Send one short command."
-            )
-        verb = meta_verb(action)
-        if verb is not None:
-            raise ActionRejected(
-                f"'{verb}' is a game-system command (save, restore, script, quit, restart, undo "
-                "and debugging verbs are not available). Use an in-game action."
-            )
-
     def _execute(self, action: str) -> tuple[str, float]:
-        self._validate(action)
+        check_command(action)
         gone = self._blocked_in(action)
         if gone is not None:
             if gone in self._told:
