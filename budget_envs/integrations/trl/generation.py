@@ -1556,7 +1556,7 @@ def train(
 
     See :func:`budget_envs.integrations.trl_train.train` for the options and the metrics.
     """
-    from budget_envs.integrations.trl_train import train as _train
+    from budget_envs.integrations.trl.training import train as _train
 
     return _train(
         env_id,
@@ -1588,7 +1588,7 @@ def load_policy(
     """
     from pathlib import Path
 
-    from budget_envs.integrations.trl_train import PolicyAgent
+    from budget_envs.integrations.trl.training import PolicyAgent
 
     return PolicyAgent(
         model_dir,
