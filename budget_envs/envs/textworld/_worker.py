@@ -54,9 +54,7 @@ def measure_oracle(path: str, max_states: int) -> dict:
 
     game = Game.load(os.path.splitext(path)[0] + ".json")
     graph = StateGraph(game, max_states)
-    start = game.world.state.copy()
-    marks, status = graph.rules.advance(graph.rules.start(), start)
-    complete = graph.explore(start, marks, status)
+    complete = graph.explore_start()
     states = len(graph) if complete else None
     return {"max_states": max_states, "complete": complete, "states": states}
 

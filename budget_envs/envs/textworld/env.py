@@ -9,13 +9,11 @@ remembers the end of an episode, and adds an exact oracle where the game is smal
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import logging
 import os
 import shlex
 import warnings
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,13 +26,13 @@ from budget_envs._util import (
     check_levels,
     check_seeds,
     check_split,
-    import_optional,
-    missing_dependency,
     split_seed,
 )
 from budget_envs._util import names_entity as _names
 from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.envs.textworld import generate as gen
+from budget_envs.envs.textworld import interpreter
+from budget_envs.envs.textworld.interpreter import INTERPRETER_SEED as INTERPRETER_SEED
 from budget_envs.envs.textworld.oracle import LIVE, QuestRules, StateGraph
 from budget_envs.envs.textworld.text import MAX_COMMAND_BYTES as MAX_COMMAND_BYTES
 from budget_envs.envs.textworld.text import check_command, clean_intro, clean_text
@@ -50,40 +48,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The interpreter's random seed: fixed so that a task plays the same in every process.
-INTERPRETER_SEED = 1234
-
-_GRAPHS: OrderedDict[str, StateGraph | None] = OrderedDict()
-_GRAPH_CACHE_SIZE = 16
-
-
-_WHAT = "TextWorld envs"
 #: Whether this process has already warned that games are generated on first use.
 _warned_lazy_generation = False
-
-
-def _import_textworld():
-    return import_optional("textworld", extra="textworld", what=_WHAT)
-
-
-def _check_textworld_installed() -> None:
-    """Raise the install hint now if ``textworld`` is missing, without importing it (it takes
-    seconds); otherwise the first reset would fail inside game generation."""
-    try:
-        found = importlib.util.find_spec("textworld") is not None
-    except (ImportError, ValueError):  # a broken install, or a module without a spec
-        found = False
-    if not found:
-        raise missing_dependency(_WHAT, "textworld", "No module named 'textworld'")
-
-
-def _read_verdict(path: str) -> dict | None:
-    try:
-        with open(Path(path).with_suffix(".oracle.json")) as fh:
-            verdict = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    return verdict if isinstance(verdict, dict) else None
 
 
 @dataclass(frozen=True)
@@ -210,7 +176,7 @@ class TextWorldEnv(TextAgentEnv):
             self._ids = self._file_tasks(game_files)
         else:
             self._ids = self._generated_tasks(level, self._seed_list(tasks_per_level, seeds))
-        _check_textworld_installed()
+        interpreter.check_installed()
         if prepare and self._specs:
             self._prepare_games()
         #: Whether the oracle of the current game is exact (set at every load).
@@ -408,68 +374,17 @@ class TextWorldEnv(TextAgentEnv):
         """Start the interpreter on ``path`` (kept across resets of the same game)."""
         if self._tw is not None and self._path == path:
             return
-        textworld = _import_textworld()
+        textworld = interpreter.import_textworld()
         self.close()
-        infos = textworld.EnvInfos(
-            admissible_commands=True,
-            policy_commands=True,
-            objective=True,
-            max_score=True,
-            score=True,
-            won=True,
-            lost=True,
-        )
-        with warnings.catch_warnings():
-            # Jericho calls every non-Infocom story "not fully supported"; TextWorld reads the
-            # score and the end of the game itself.
-            warnings.simplefilter("ignore")
-            self._tw = textworld.start(path, infos)
-        self._tw.seed(INTERPRETER_SEED)
+        self._tw = interpreter.start(textworld, path)
         self._path = path
-        self._tracker = self._layer("StateTracking")
-        self._i7data = self._layer("Inform7Data")
+        self._tracker = interpreter.layer(self._tw, "StateTracking")
+        self._i7data = interpreter.layer(self._tw, "Inform7Data")
         self._jericho = self._tw.unwrapped._jericho
         game = self._tracker._game
         self._rules = QuestRules(game)
-        self._graph = self._graph_for(path, game)
+        self._graph = interpreter.graph_for(path, game, self.oracle_max_states)
         self.oracle_exact = self._graph is not None
-
-    def _layer(self, name: str) -> Any:
-        env = self._tw
-        while env is not None and type(env).__name__ != name:
-            env = getattr(env, "_wrapped_env", None)
-        if env is None:  # pragma: no cover - textworld's wrapper stack changed
-            raise RuntimeError(f"textworld wrapper {name} not found; unsupported textworld version")
-        return env
-
-    def _graph_for(self, path: str, game: Any) -> StateGraph | None:
-        """The game's state graph if the exact oracle fits ``oracle_max_states``, else None.
-
-        Generated games carry the graph size measured at generation (``.oracle.json``), so
-        loading them explores nothing; other games are explored here once per process.
-        """
-        key = f"{path}|{self.oracle_max_states}"
-        if key in _GRAPHS:
-            _GRAPHS.move_to_end(key)
-            return _GRAPHS[key]
-        graph: StateGraph | None = StateGraph(game, self.oracle_max_states)
-        verdict = _read_verdict(path)
-        fits = None
-        if verdict is not None and verdict.get("complete"):
-            fits = int(verdict["states"]) <= self.oracle_max_states
-        elif verdict is not None and int(verdict.get("max_states", 0)) >= self.oracle_max_states:
-            fits = False
-        if fits is None:
-            rules = graph.rules
-            start = game.world.state.copy()
-            marks, status = rules.advance(rules.start(), start)
-            fits = graph.explore(start, marks, status)
-        if not fits:
-            graph = None
-        _GRAPHS[key] = graph
-        while len(_GRAPHS) > _GRAPH_CACHE_SIZE:
-            _GRAPHS.popitem(last=False)
-        return graph
 
     def _load(self, task_id: str) -> str:
         self.blocked = self._told = frozenset()

@@ -78,6 +78,12 @@ class StateGraph:
     def __len__(self) -> int:
         return len(self.children)
 
+    def explore_start(self) -> bool:
+        """:meth:`explore` from the game's first state; False if the graph is too large."""
+        start = self.game.world.state.copy()
+        marks, status = self.rules.advance(self.rules.start(), start)
+        return self.explore(start, marks, status)
+
     def explore(self, state: Any, done: tuple[bool, ...], status: int = LIVE) -> bool:
         """Add everything reachable from ``(state, done)``; False (graph unchanged) if too large."""
         root = node_key(state, done)
