@@ -15,7 +15,6 @@ import os
 import shlex
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -34,6 +33,7 @@ from budget_envs.envs.textworld import generate as gen
 from budget_envs.envs.textworld import interpreter
 from budget_envs.envs.textworld.interpreter import INTERPRETER_SEED as INTERPRETER_SEED
 from budget_envs.envs.textworld.oracle import LIVE, QuestRules, StateGraph
+from budget_envs.envs.textworld.snapshot import NativeSnapshots
 from budget_envs.envs.textworld.text import MAX_COMMAND_BYTES as MAX_COMMAND_BYTES
 from budget_envs.envs.textworld.text import check_command, clean_intro, clean_text
 from budget_envs.envs.textworld.text import meta_verb as meta_verb
@@ -52,28 +52,7 @@ logger = logging.getLogger(__name__)
 _warned_lazy_generation = False
 
 
-@dataclass(frozen=True)
-class _Native:
-    """A native snapshot: interpreter memory plus TextWorld's tracking and the adapter's view."""
-
-    path: str
-    jericho: Any
-    progression: Any
-    last_action: Any
-    previous_policy: Any
-    current_policy: Any
-    moves: Any
-    prev_state: Any
-    state: Any
-    marks: tuple
-    marks_moves: int
-    won: bool
-    lost: bool
-    blocked: frozenset = frozenset()
-    told: frozenset = frozenset()
-
-
-class TextWorldEnv(TextAgentEnv):
+class TextWorldEnv(NativeSnapshots, TextAgentEnv):
     """A generated TextWorld game per task, played through ``textworld.start``.
 
     Args:
@@ -386,12 +365,17 @@ class TextWorldEnv(TextAgentEnv):
         self._graph = interpreter.graph_for(path, game, self.oracle_max_states)
         self.oracle_exact = self._graph is not None
 
-    def _load(self, task_id: str) -> str:
-        self.blocked = self._told = frozenset()
-        self._open(str(self.game_path(task_id)))
+    def _restart_game(self, path: str) -> dict[str, Any]:
+        """Open ``path`` and restart its game; the objective and the top score are read."""
+        self._open(path)
         state = self._tw.reset()
         self._objective = state["objective"] or ""
         self._max_score = state["max_score"] or 1
+        return state
+
+    def _load(self, task_id: str) -> str:
+        self.blocked = self._told = frozenset()
+        state = self._restart_game(str(self.game_path(task_id)))
         start = self._tracker._game_progression.state
         self._marks, _ = self._rules.advance(self._rules.start(), start)
         self._marks_moves = self._tracker._moves
@@ -595,79 +579,10 @@ class TextWorldEnv(TextAgentEnv):
         self.lost = self._lost_for_good()
         return FaultOutcome(obs, "world", executed, reward, invalid)
 
-    # ------------------------------------------------------------------ forking
-    def _snapshot_state(self) -> _Native:
-        tracker = self._tracker
-        return _Native(
-            path=self._path,
-            jericho=self._jericho.get_state(),
-            progression=tracker._game_progression.copy(),
-            last_action=tracker._last_action,
-            previous_policy=tracker._previous_winning_policy,
-            current_policy=tracker._current_winning_policy,
-            moves=tracker._moves,
-            prev_state=self._i7data._prev_state,
-            state=self._state,
-            marks=self._marks,
-            marks_moves=self._marks_moves,
-            won=self.won,
-            lost=self.lost,
-            blocked=self.blocked,
-            told=self._told,
-        )
-
-    def _restore_state(self, payload: _Native) -> None:
-        if self._tw is None or self._path != payload.path:
-            self._open(payload.path)
-            state = self._tw.reset()
-            self._objective = state["objective"] or ""
-            self._max_score = state["max_score"] or 1
-        self._jericho.set_state(payload.jericho)
-        tracker = self._tracker
-        tracker._game_progression = payload.progression.copy()
-        tracker._last_action = payload.last_action
-        tracker._previous_winning_policy = payload.previous_policy
-        tracker._current_winning_policy = payload.current_policy
-        tracker._moves = payload.moves
-        self._i7data._prev_state = payload.prev_state
-        for layer in (self._tw, tracker, self._i7data):
-            layer.state = payload.state
-        self._state = payload.state
-        self._marks = payload.marks
-        self._marks_moves = payload.marks_moves
-        self.won = payload.won
-        self.lost = payload.lost
-        self.blocked = payload.blocked
-        self._told = payload.told
-
     def sample_action(self, rng: np.random.Generator) -> str:
         """A random admissible command (for seeded exploration in tests and baselines)."""
         options = self._admissible() or ["look"]
         return options[int(rng.integers(len(options)))]
-
-    def _state_digest(self) -> str:
-        """The game's logic facts (sorted text) and the quests completed so far.
-
-        Facts are what the interpreter's world is (positions, contents, carried, open/closed);
-        the turn count, the last command and the score history are not in them.
-        """
-        memo = self.__dict__.setdefault("_fact_text", {})
-        if memo.get("__path__") != self._path:
-            memo.clear()
-            memo["__path__"] = self._path
-        out = []
-        for fact in self._tracker._game_progression.state.facts:
-            text = memo.get(fact)
-            if text is None:
-                text = memo[fact] = str(fact)
-            out.append(text)
-        out.sort()
-        out.append("quests:" + "".join("1" if m else "0" for m in self._marks))
-        # A permanent fault's effect: things out of reach for the rest of the episode.
-        out.extend(
-            f"blocked {n}{' (told)' if n in self._told else ''}" for n in sorted(self.blocked)
-        )
-        return "\n".join(out)
 
 
 class CoinCollectorEnv(TextWorldEnv):
