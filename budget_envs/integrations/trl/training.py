@@ -22,21 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from budget_envs.integrations.common import DEFAULT_BUDGET, make_env_like
-from budget_envs.integrations.trl.generation import (
+from budget_envs.integrations.trl.base import _require, _seed
+from budget_envs.integrations.trl.data import make_prompt_dataset, oracle_examples
+from budget_envs.integrations.trl.dialogue import (
     SYSTEM_PROMPT,
-    BudgetMixRollout,
-    HFTurnGenerator,
     _Dialogue,
-    _require,
-    _seed,
     _TokenEpisode,
     _user_text,
-    env_reward,
-    make_prompt_dataset,
-    oracle_examples,
 )
+from budget_envs.integrations.trl.generation import HFTurnGenerator
+from budget_envs.integrations.trl.rollout import BudgetMixRollout, env_reward
 
-__all__ = ["POLICY_FILE", "PolicyAgent", "train"]
+__all__ = ["POLICY_FILE", "PolicyAgent", "load_policy", "train"]
 
 logger = logging.getLogger(__name__)
 
@@ -424,3 +421,28 @@ class PolicyAgent:
     def usage(self) -> dict[str, int]:
         """Token counts of the current episode."""
         return dict(self._tokens)
+
+
+def load_policy(
+    model_dir: str | os.PathLike[str],
+    *,
+    seed: int = 0,
+    check_visibility: bool = True,
+    name: str | None = None,
+    temperature: float | None = None,
+    threads: int | None = None,
+) -> PolicyAgent:
+    """A policy folder written by :func:`train` as an eval agent (what ``policy:DIR`` plays).
+
+    Returns a :class:`PolicyAgent` named ``name`` (default ``policy:<folder name>``); it refuses
+    an evaluation whose budget visibility differs from the training's unless
+    ``check_visibility`` is False.
+    """
+    return PolicyAgent(
+        model_dir,
+        name=name or f"policy:{Path(model_dir).name}",
+        seed=seed,
+        check_visibility=check_visibility,
+        temperature=temperature,
+        threads=threads,
+    )
