@@ -30,7 +30,8 @@ The modules, each importing only those above it in this list:
 ``rollout``        :class:`BudgetMixRollout` (the ``rollout_func``) and :func:`env_reward`
 ``tool_env``       :class:`BudgetMixToolEnv` (the ``environment_factory`` class)
 ``data``           the datasets of both ways in, and oracle episodes for a warm start
-``training``       :func:`train`, the saved policy and :class:`PolicyAgent`
+``policy``         the policy folder: written by ``save_policy``, played by :class:`PolicyAgent`
+``training``       :func:`train`: warm start, GRPO, the policy folder
 =================  ============================================================================
 
 ``import budget_envs`` never imports torch or trl, and neither does importing this package: they
@@ -54,9 +55,10 @@ from budget_envs.integrations.trl.dialogue import (
     task_prompt,
 )
 from budget_envs.integrations.trl.generation import HFTurnGenerator, VLLMTurnGenerator
+from budget_envs.integrations.trl.policy import POLICY_FILE, PolicyAgent, load_policy
 from budget_envs.integrations.trl.rollout import BudgetMixRollout, env_reward
 from budget_envs.integrations.trl.tool_env import BudgetMixToolEnv
-from budget_envs.integrations.trl.training import POLICY_FILE, PolicyAgent, load_policy, train
+from budget_envs.integrations.trl.training import train
 
 __all__ = [
     "POLICY_FILE",
