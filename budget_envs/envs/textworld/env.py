@@ -27,17 +27,17 @@ from budget_envs._util import (
     check_split,
     split_seed,
 )
-from budget_envs._util import names_entity as _names
-from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
+from budget_envs.core import UNREACHABLE, TextAgentEnv
 from budget_envs.envs.textworld import generate as gen
 from budget_envs.envs.textworld import interpreter
+from budget_envs.envs.textworld.faults import FaultHooks
 from budget_envs.envs.textworld.interpreter import INTERPRETER_SEED as INTERPRETER_SEED
 from budget_envs.envs.textworld.oracle import LIVE, QuestRules, StateGraph
 from budget_envs.envs.textworld.snapshot import NativeSnapshots
 from budget_envs.envs.textworld.text import MAX_COMMAND_BYTES as MAX_COMMAND_BYTES
 from budget_envs.envs.textworld.text import check_command, clean_intro, clean_text
 from budget_envs.envs.textworld.text import meta_verb as meta_verb
-from budget_envs.errors import ActionRejected, GenerationError
+from budget_envs.errors import GenerationError
 
 __all__ = [
     "CoinCollectorEnv",
@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 _warned_lazy_generation = False
 
 
-class TextWorldEnv(NativeSnapshots, TextAgentEnv):
+class TextWorldEnv(FaultHooks, NativeSnapshots, TextAgentEnv):
     """A generated TextWorld game per task, played through ``textworld.start``.
 
     Args:
@@ -97,12 +97,6 @@ class TextWorldEnv(NativeSnapshots, TextAgentEnv):
 
     family: ClassVar[str] = "custom"
     native_snapshot: ClassVar[bool] = True
-    family_fault_cells: ClassVar[dict[str, tuple[str, str]]] = {
-        "perturb": ("explicit", "transient"),
-        "phantom": ("silent", "transient"),
-        "unreachable": ("explicit", "permanent"),
-        "silent_unreachable": ("silent", "permanent"),
-    }
 
     def __init__(
         self,
@@ -391,32 +385,11 @@ class TextWorldEnv(NativeSnapshots, TextAgentEnv):
     # ------------------------------------------------------------------ turns
     def _execute(self, action: str) -> tuple[str, float]:
         check_command(action)
-        gone = self._blocked_in(action)
-        if gone is not None:
-            if gone in self._told:
-                raise ActionRejected(f"The {gone} is out of reach; you cannot get to it any more.")
-            raise ActionRejected("Nothing happens.")
+        self._check_reach(action)
         obs, reward = self._play(action)
         if self.blocked and not (self.won or self.lost):
             self.lost = self._lost_for_good()
         return obs, reward
-
-    def _lost_for_good(self) -> bool:
-        """Whether the exact oracle finds no way to win around the entities out of reach."""
-        if self._graph is None:
-            return False
-        found = self._graph.lookup(
-            self._tracker._game_progression.state, self._marks, LIVE, self._blocked_ids()
-        )
-        return found is not None and found[0] >= UNREACHABLE
-
-    def _blocked_in(self, command: str) -> str | None:
-        """The out-of-reach entity ``command`` names, if any."""
-        low = command.lower()
-        for name in sorted(self.blocked):
-            if _names(low, name):
-                return name
-        return None
 
     def _play(self, command: str) -> tuple[str, float]:
         was_won = self.won
@@ -455,9 +428,7 @@ class TextWorldEnv(NativeSnapshots, TextAgentEnv):
         if self.lost:
             return UNREACHABLE, []
         if self._graph is not None:
-            found = self._graph.lookup(
-                self._tracker._game_progression.state, self._marks, LIVE, self._blocked_ids()
-            )
+            found = self._graph_lookup()
             if found is not None:
                 cost, actions = found
                 commands = self._tracker._inform7.gen_commands_from_actions(actions)
@@ -469,11 +440,11 @@ class TextWorldEnv(NativeSnapshots, TextAgentEnv):
             return UNREACHABLE, []
         return len(policy), [policy[0]]
 
-    def _blocked_ids(self) -> frozenset[str]:
-        if not self.blocked:
-            return frozenset()
-        infos = self._tracker._game.infos
-        return frozenset(k for k, v in infos.items() if v.name in self.blocked)
+    def _graph_lookup(self) -> tuple[int, list[Any]] | None:
+        """The exact oracle's ``(cost, optimal logic actions)`` from here, around the entities
+        out of reach; None when the state is outside a graph that cannot grow."""
+        state = self._tracker._game_progression.state
+        return self._graph.lookup(state, self._marks, LIVE, self._blocked_ids())
 
     def oracle_actions(self) -> list[str]:
         """Every optimal next command (exact) or TextWorld's next policy command (heuristic)."""
@@ -483,101 +454,6 @@ class TextWorldEnv(NativeSnapshots, TextAgentEnv):
         """Fewest turns to win from here (exact) or the length of TextWorld's policy; 0 once
         won; ``UNREACHABLE`` (10**6) once lost."""
         return self._oracle()[0]
-
-    # ------------------------------------------------------------------ faults
-    def fault_kinds(self) -> tuple[str, ...]:
-        return ("perturb", "phantom", "unreachable", "silent_unreachable")
-
-    def _fault(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
-        """``perturb``: the agent's action is handled as usual, then the world changes under the
-        player: a carried object is dropped and the player stumbles through a random exit (both
-        real game moves, so tracking stays exact).
-
-        ``phantom`` (silent): the action's usual feedback is shown but the action did not happen
-        (the game is rolled back to before it). An action that ends the game is left to stand:
-        its feedback could not be shown without its end.
-
-        ``unreachable`` / ``silent_unreachable`` (permanent): the action is handled as usual,
-        then one thing within reach (an object, container, supporter or door named by an
-        admissible command, drawn from ``rng``; never a room or what the player carries) gets
-        out of reach for the rest of the episode: commands naming it are refused (invalid
-        turns) and no longer admissible, and the exact oracle plans without every action that
-        involves it (UNREACHABLE, and the task lost, when no way is left). The explicit kind
-        says so, and its refusals name the thing; the silent kind shows only the action's
-        feedback, and its refusals say "Nothing happens." Without the exact oracle only things
-        TextWorld's winning policy does not use are drawn."""
-        if kind == "phantom":
-            return self._phantom(action)
-        if kind in ("unreachable", "silent_unreachable"):
-            return self._unreachable(kind, rng, action)
-        obs, reward, invalid = self._attempt(action)
-        executed = None if invalid else action
-        parts = [obs]
-        changed = False
-        if not (self.won or self.lost):
-            drops = [c for c in self._admissible() if c.startswith("drop ")]
-            if drops:
-                obs, gained = self._play(drops[int(rng.integers(len(drops)))])
-                parts.append("Your grip slips. " + obs)
-                reward += gained
-                changed = True
-        if not (self.won or self.lost):
-            goes = [c for c in self._admissible() if c.startswith("go ")]
-            if goes:
-                best = set(self.oracle_actions())
-                away = [c for c in goes if c not in best] or goes
-                obs, gained = self._play(away[int(rng.integers(len(away)))])
-                parts.append("You lose your footing and stumble away.\n\n" + obs)
-                reward += gained
-                changed = True
-        if not changed and not (self.won or self.lost):
-            parts.append("You stumble, but nothing changes.")
-        return FaultOutcome(
-            "\n\n".join(parts), "world" if changed else "none", executed, reward, invalid
-        )
-
-    def _phantom(self, action: Any) -> FaultOutcome:
-        if self.replaying:  # the turn left no trace in the game
-            return FaultOutcome("", "dropped")
-        snap = self.snapshot()
-        obs, reward, invalid = self._attempt(action)
-        if invalid or self.won or self.lost:
-            return FaultOutcome(obs, "none", None if invalid else action, reward, invalid)
-        self.restore(snap)
-        return FaultOutcome(obs, "dropped")
-
-    def _unreachable(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
-        obs, reward, invalid = self._attempt(action)
-        executed = None if invalid else action
-        if self.won or self.lost:
-            return FaultOutcome(obs, "none", executed, reward, invalid)
-        infos = self._tracker._game.infos
-        facts = self._tracker._game_progression.state.facts
-        carried = {
-            f.arguments[0].name for f in facts if f.name == "in" and f.arguments[1].name == "I"
-        }
-        names = {
-            v.name.lower()
-            for k, v in infos.items()
-            if v.name and v.type not in ("P", "I", "r") and k not in carried
-        }
-        # A name inside another name ("box" in "wooden box") cannot be refused on its own.
-        names = {n for n in names if not any(n != m and _names(m, n) for m in names)}
-        names -= self.blocked
-        if self._graph is None:
-            policy = list(self._state["policy_commands"] or [])
-            names = {n for n in names if not any(_names(c.lower(), n) for c in policy)}
-        wanted = [c.lower() for c in self._admissible()]
-        pool = sorted(n for n in names if any(_names(c, n) for c in wanted))
-        if not pool:
-            return FaultOutcome(obs, "none", executed, reward, invalid)
-        gone = pool[int(rng.integers(len(pool)))]
-        self.blocked = self.blocked | {gone}
-        if kind == "unreachable":
-            self._told = self._told | {gone}
-            obs = f"{obs}\n\nThe {gone} is suddenly out of reach; you will not get to it again."
-        self.lost = self._lost_for_good()
-        return FaultOutcome(obs, "world", executed, reward, invalid)
 
     def sample_action(self, rng: np.random.Generator) -> str:
         """A random admissible command (for seeded exploration in tests and baselines)."""
