@@ -1,8 +1,9 @@
 """Records of a run: one JSON line per finished episode or probe, and how to read them back.
 
 The driver alone appends to ``records.jsonl``, one flushed line per record, so a killed run
-loses at most the line it was writing (:func:`load_records` skips a torn last line). When the
-file cannot grow (a full disk), :class:`RecordsWriter` cuts the torn part off at once and raises
+loses at most the line it was writing. :func:`load_records` skips a torn line, and any other bad
+line, with a warning that counts them (:func:`scan_records` returns the count). When the file
+cannot grow (a full disk), :class:`RecordsWriter` cuts the torn part off at once and raises
 :class:`~budget_envs.errors.RecordsWriteError`: the file holds whole records only, and
 ``--resume`` finishes the run.
 """
@@ -27,6 +28,7 @@ __all__ = [
     "EpisodeRecord",
     "PrefixRecord",
     "ProbeRecord",
+    "RecordsScan",
     "RecordsWriter",
     "episode_record",
     "error_record",
@@ -35,6 +37,7 @@ __all__ = [
     "load_records",
     "prefix_record",
     "probe_record",
+    "scan_records",
 ]
 
 logger = logging.getLogger(__name__)
@@ -278,22 +281,94 @@ def error_record(
     return episode_record(job, error=message)
 
 
-def load_records(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Every record of a run (a torn last line from a killed run is skipped)."""
-    path = Path(run_dir) / RECORDS_FILE if Path(run_dir).is_dir() else Path(run_dir)
-    out = []
+#: Why :func:`scan_records` skipped a line, in the order they are checked.
+BAD_LINE_REASONS = ("not UTF-8", "torn JSON", "not an object", "no key", "no env_id/agent/task_id")
+
+
+@dataclass
+class RecordsScan:
+    """What :func:`scan_records` read: the whole records, and the bad lines it skipped.
+
+    ``skipped`` counts the bad lines by reason (:data:`BAD_LINE_REASONS`); their jobs count as not
+    run, so ``--resume`` runs them again and a report leaves them out.
+    """
+
+    path: Path
+    records: list[dict[str, Any]]
+    skipped: dict[str, int]
+
+    @property
+    def bad_lines(self) -> int:
+        return sum(self.skipped.values())
+
+    def summary(self) -> str:
+        """``"3 bad lines (1 torn JSON, 2 no key)"``, or ``""`` when there were none."""
+        if not self.bad_lines:
+            return ""
+        parts = ", ".join(f"{n} {why}" for why, n in self.skipped.items())
+        return f"{self.bad_lines} bad line{'s' if self.bad_lines != 1 else ''} ({parts})"
+
+
+def _why_bad(raw: bytes) -> tuple[str | None, Any]:
+    """``(None, record)`` for a good line, else ``(reason, None)``."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "not UTF-8", None
+    try:
+        rec = json.loads(text)
+    except ValueError:
+        return "torn JSON", None
+    if not isinstance(rec, dict):
+        return "not an object", None
+    if not isinstance(rec.get("key"), str) or not rec["key"]:
+        return "no key", None
+    if not all(isinstance(rec.get(name), str) for name in ("env_id", "agent", "task_id")):
+        return "no env_id/agent/task_id", None
+    return None, rec
+
+
+def records_path(run_dir: str | os.PathLike[str]) -> Path:
+    """The records file of ``run_dir`` (a run folder, or the file itself)."""
+    return Path(run_dir) / RECORDS_FILE if Path(run_dir).is_dir() else Path(run_dir)
+
+
+def scan_records(run_dir: str | os.PathLike[str], *, warn: bool = True) -> RecordsScan:
+    """Every whole record of a run, and a count of the bad lines skipped.
+
+    A bad line is one that is not UTF-8, not JSON (a line torn by a kill or a full disk), not a
+    JSON object, or a record without its ``key`` or its ``env_id``, ``agent`` and ``task_id``. It
+    is skipped, never fatal; one warning (unless ``warn`` is False) gives the count by reason.
+    """
+    path = records_path(run_dir)
+    scan = RecordsScan(path=path, records=[], skipped={})
     if not path.exists():
-        return out
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
+        return scan
+    with open(path, "rb") as fh:
+        for raw in fh:
+            if not raw.strip():
                 continue
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                logger.warning("skipping a torn line in %s", path)
-    return out
+            why, rec = _why_bad(raw.strip())
+            if why is None:
+                scan.records.append(rec)
+            else:
+                scan.skipped[why] = scan.skipped.get(why, 0) + 1
+    scan.skipped = {why: scan.skipped[why] for why in BAD_LINE_REASONS if why in scan.skipped}
+    if scan.bad_lines and warn:
+        logger.warning(
+            "skipped %s in %s: a job whose record was on one counts as not run (--resume runs "
+            "it again)",
+            scan.summary(),
+            path,
+        )
+    return scan
+
+
+def load_records(run_dir: str | os.PathLike[str], *, warn: bool = True) -> list[dict[str, Any]]:
+    """Every record of a run. Bad lines (a torn line from a killed run, a line that is not
+    UTF-8, not an object, or has no ``key``) are skipped with one warning that counts them;
+    :func:`scan_records` returns the count too."""
+    return scan_records(run_dir, warn=warn).records
 
 
 def drop_torn_tail(path: Path) -> None:
