@@ -15,6 +15,8 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gymnasium import error as _gym_error
 
 __all__ = [
@@ -28,13 +30,17 @@ __all__ = [
     "GameFileError",
     "GenerationError",
     "GenerationTimeout",
+    "OutDirError",
+    "PlanMismatch",
     "PreflightError",
     "RayUnavailable",
     "RecordsWriteError",
+    "RunInUse",
     "ShopHTTPError",
     "TaskGenerationError",
     "ToolError",
     "TooManyActions",
+    "UnknownAgent",
     "UnknownFaultKind",
     "UnknownSplit",
     "UsageError",
@@ -153,3 +159,50 @@ class RecordsWriteError(BudgetEnvsError, OSError):
     The torn part of the line being written has been cut off, so every record in the file is
     whole; the message says how many this run wrote and how to finish it (``--resume``).
     """
+
+
+class OutDirError(BudgetEnvsError, OSError):
+    """An output folder (a run's ``--out``, a report's or a comparison's) cannot be used: it is
+    read-only, not a directory, or the disk is full.
+
+    Raised before anything half-written is left behind (a config is written atomically); the
+    one-line message names the folder or file, the cause and its ``errno`` name. ``errno`` is
+    the operating system's and ``path`` the folder or file.
+    """
+
+
+class RunInUse(BudgetEnvsError, RuntimeError):
+    """Another process is writing the run folder (it holds the folder's ``.lock``).
+
+    One writer per folder: two evals into one ``--out`` would record every episode twice.
+    ``path`` is the folder and ``pid`` the holder's process id (None when it could not be read).
+    """
+
+    def __init__(self, message: str, *, path: str = "", pid: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.pid = pid
+
+
+class PlanMismatch(BudgetEnvsError, ValueError):
+    """``--resume`` with a plan other than the one the run's records were made with.
+
+    ``differences`` lists ``(field, recorded, given)``; it is empty when the recorded plan cannot
+    be read (a torn ``config.json``) and the records themselves do not belong to the plan given.
+    """
+
+    def __init__(
+        self, message: str, *, differences: Sequence[tuple[str, object, object]] = ()
+    ) -> None:
+        super().__init__(message)
+        self.differences = list(differences)
+
+
+class UnknownAgent(BudgetEnvsError, ValueError):
+    """An agent name that the run does not hold; the message lists the agents it has
+    (``agents``)."""
+
+    def __init__(self, message: str, *, agent: str = "", agents: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.agent = agent
+        self.agents = list(agents)

@@ -1,8 +1,12 @@
-"""A whole run: the plan into ``config.json``, its records into ``records.jsonl``, resumable."""
+"""A whole run: the plan into ``config.json``, its records into ``records.jsonl``, resumable.
+
+One writer per run folder (:class:`~budget_envs.eval.runner.folder.RunLock`); ``--resume``
+continues only the plan the folder was started with
+(:func:`~budget_envs.eval.runner.folder.check_resume`).
+"""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable
@@ -10,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from budget_envs.eval.outdir import ensure_dir, out_dir_error
 from budget_envs.eval.runner.async_driver import preflight_agents
+from budget_envs.eval.runner.folder import RunLock, check_resume, plan_config, write_config
 from budget_envs.eval.runner.inprocess import run_jobs
 from budget_envs.eval.runner.local import iter_process
 from budget_envs.eval.runner.plan import EvalPlan, plan_jobs, select_tasks
@@ -19,9 +25,11 @@ from budget_envs.eval.runner.ray_backend import connect, iter_ray
 from budget_envs.eval.runner.records import (
     CONFIG_FILE,
     RECORDS_FILE,
+    RecordsScan,
     RecordsWriter,
     drop_torn_tail,
     load_records,
+    scan_records,
 )
 
 __all__ = ["RunResult", "run_plan"]
@@ -38,6 +46,9 @@ class RunResult:
     ran: int
     errors: int
     prefix_total: int = 0
+    #: Bad lines of ``records.jsonl`` skipped on resume (see
+    #: :func:`~budget_envs.eval.runner.records.scan_records`); their jobs ran again.
+    bad_lines: int = 0
 
 
 def run_plan(
@@ -61,7 +72,16 @@ def run_plan(
         start_method: how local workers start, ``"fork"`` (the default where it exists) or
             ``"spawn"``; the records are the same either way.
         resume: skip episodes already recorded without error; otherwise an existing non-empty
-            record file is an error (no silent overwrite, no silent mixing).
+            record file is an error (no silent overwrite, no silent mixing). The plan must be
+            the one the folder was started with (``config.json``), else
+            :class:`~budget_envs.errors.PlanMismatch` names the fields that differ. Bad lines of
+            the records file are skipped with a counted warning (``bad_lines``) and their jobs
+            run again.
+
+    One writer per folder: the run holds ``run_dir/.lock`` (:class:`.folder.RunLock`), and a
+    second writer gets :class:`~budget_envs.errors.RunInUse` naming the holder's pid. A folder
+    that cannot be written (read-only, not a directory, a full disk) raises
+    :class:`~budget_envs.errors.OutDirError` in one line; ``config.json`` is written atomically.
 
     Agents with a ``preflight()`` (the chat agent) are checked first: an unusable endpoint
     raises :class:`~budget_envs.errors.PreflightError` before anything is written. Episodes of
@@ -75,56 +95,55 @@ def run_plan(
         raise ValueError(f"workers must be a positive int, got {workers!r}")
     run_dir = Path(run_dir)
     records_path = run_dir / RECORDS_FILE
-    done_keys: set[str] = set()
-    if records_path.exists() and records_path.stat().st_size > 0:
-        if not resume:
-            raise FileExistsError(
-                f"{records_path} already holds records; pass resume=True (--resume) to continue "
-                "that run, or choose a new run directory"
-            )
-        drop_torn_tail(records_path)
-        done_keys = {r["key"] for r in load_records(run_dir) if not r.get("error")}
+    if run_dir.exists() and not run_dir.is_dir():
+        ensure_dir(run_dir, "use as a run folder")  # raises OutDirError: a file is in the way
+    _refuse_overwrite(records_path, resume)
     if ray is not None:
         connect(ray)  # fail before anything is written when the cluster is unreachable
     preflight_agents(plan.agents)  # likewise for a dead or wrong LLM endpoint (PreflightError)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config_path = run_dir / CONFIG_FILE
-    selections = {e: select_tasks(e, plan.tasks, plan.env_kwargs) for e in plan.env_ids}
-    if not config_path.exists() or not resume:
-        config = plan.to_json()
-        config["task_selection"] = {e: s.to_json() for e, s in selections.items()}
-        config_path.write_text(json.dumps(config, indent=2, default=str) + "\n", encoding="utf-8")
-    all_jobs = plan_jobs(plan, selections)
-    jobs = [j for j in all_jobs if j.key not in done_keys]
-    skipped = len(all_jobs) - len(jobs)
-    if on_start is not None:
-        on_start(len(all_jobs), skipped)
-    ran = errors = 0
-    prefix_total = 0
-    with RecordsWriter(records_path) as out:
-        for phase in ("episodes", "prefix"):
-            if phase == "prefix":
-                if not plan.prefix_turns:
-                    break
-                prefix_jobs = plan_prefix_jobs(plan, load_records(run_dir))
-                jobs = [j for j in prefix_jobs if j.key not in done_keys]
-                prefix_total = len(prefix_jobs)
-                skipped += prefix_total - len(jobs)
-                if on_start is not None:
-                    on_start(prefix_total, prefix_total - len(jobs))
-            stream = _stream(plan, jobs, workers, ray, chunk, start_method)
-            try:
-                for record in stream:
-                    out.write(record)
-                    ran += 1
-                    errors += bool(record.error)
-                    if on_record is not None:
-                        on_record(record)
-            finally:
-                # Stop the back end now (a full disk, Ctrl-C): no worker runs on for nothing.
-                close = getattr(stream, "close", None)
-                if close is not None:
-                    close()
+    ensure_dir(run_dir, "create the run folder")
+    with RunLock(run_dir):
+        # Checked again under the lock: another writer may have finished in the meantime.
+        _refuse_overwrite(records_path, resume)
+        scan = _recorded(records_path) if resume else None
+        records = scan.records if scan is not None else []
+        done_keys = {r["key"] for r in records if not r.get("error")}
+        selections = {e: select_tasks(e, plan.tasks, plan.env_kwargs) for e in plan.env_ids}
+        config = plan_config(plan, selections)
+        all_jobs = plan_jobs(plan, selections)
+        config_path = run_dir / CONFIG_FILE
+        if not resume or check_resume(run_dir, config_path, config, records, plan, all_jobs):
+            write_config(config_path, config)
+        jobs = [j for j in all_jobs if j.key not in done_keys]
+        skipped = len(all_jobs) - len(jobs)
+        if on_start is not None:
+            on_start(len(all_jobs), skipped)
+        ran = errors = 0
+        prefix_total = 0
+        with _writer(records_path) as out:
+            for phase in ("episodes", "prefix"):
+                if phase == "prefix":
+                    if not plan.prefix_turns:
+                        break
+                    prefix_jobs = plan_prefix_jobs(plan, load_records(run_dir, warn=False))
+                    jobs = [j for j in prefix_jobs if j.key not in done_keys]
+                    prefix_total = len(prefix_jobs)
+                    skipped += prefix_total - len(jobs)
+                    if on_start is not None:
+                        on_start(prefix_total, prefix_total - len(jobs))
+                stream = _stream(plan, jobs, workers, ray, chunk, start_method)
+                try:
+                    for record in stream:
+                        out.write(record)
+                        ran += 1
+                        errors += bool(record.error)
+                        if on_record is not None:
+                            on_record(record)
+                finally:
+                    # Stop the back end now (a full disk, Ctrl-C): no worker runs on for nothing.
+                    close = getattr(stream, "close", None)
+                    if close is not None:
+                        close()
     return RunResult(
         run_dir=run_dir,
         total=len(all_jobs) + prefix_total,
@@ -132,7 +151,34 @@ def run_plan(
         ran=ran,
         errors=errors,
         prefix_total=prefix_total,
+        bad_lines=scan.bad_lines if scan is not None else 0,
     )
+
+
+def _recorded(records_path: Path) -> RecordsScan:
+    """What a resumed run finds in its records file (a torn last line cut off first)."""
+    if records_path.exists():
+        try:
+            drop_torn_tail(records_path)
+        except OSError as exc:
+            raise out_dir_error("write", records_path, exc) from None
+    return scan_records(records_path)
+
+
+def _writer(records_path: Path) -> RecordsWriter:
+    try:
+        return RecordsWriter(records_path)
+    except OSError as exc:
+        raise out_dir_error("write", records_path, exc) from None
+
+
+def _refuse_overwrite(records_path: Path, resume: bool) -> None:
+    """A folder with records takes only ``resume=True`` (no silent overwrite or mixing)."""
+    if not resume and records_path.exists() and records_path.stat().st_size > 0:
+        raise FileExistsError(
+            f"{records_path} already holds records; pass resume=True (--resume) to continue "
+            "that run, or choose a new run directory"
+        )
 
 
 def _stream(
