@@ -12,9 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from budget_envs.errors import UnknownAgent
 from budget_envs.eval.metrics import bootstrap_pass_at_kt, prefix_difference
+from budget_envs.eval.outdir import ensure_dir, folder_errors
 from budget_envs.eval.report.figures import figure_class, save
-from budget_envs.eval.report.surfaces import GroupSurface, group_surfaces
+from budget_envs.eval.report.surfaces import GroupSurface, group_surfaces, label
 from budget_envs.eval.report.tables import grid_cells, slug, write_dicts
 
 __all__ = ["Comparison", "compare_runs"]
@@ -76,9 +78,17 @@ def compare_runs(
     When both runs hold prefix probes of the two agents on the same failed prefixes (the same
     source episodes and t), the comparison adds B's success minus A's after them, with the same
     paired bootstrap over tasks, by t and by the prefix's damage (``prefix``).
+
+    Raises :class:`~budget_envs.errors.UnknownAgent` when ``agent_a`` or ``agent_b`` names no
+    agent of its run (the message lists the run's agents), and
+    :class:`~budget_envs.errors.OutDirError` when ``out_dir`` cannot take the files. An empty
+    list (with a warning) means the agents share no env, task or budget with usable episodes.
     """
     surf_a = group_surfaces(records_a, n_boot=1, seed=seed)
     surf_b = group_surfaces(records_b, n_boot=1, seed=seed)
+    for run, agent, records in (("A", agent_a, records_a), ("B", agent_b, records_b)):
+        if agent is not None:
+            _check_agent(run, agent, records)
     results = []
     envs = sorted({s.env_id for s in surf_a} & {s.env_id for s in surf_b})
     if not envs:
@@ -150,9 +160,34 @@ def compare_runs(
             prefix=prefix,
         )
         results.append(comp)
+    if not results:
+        logger.warning(
+            "nothing to compare: no env holds A's %s and B's %s with usable episodes on shared "
+            "tasks and budgets",
+            agent_a or "agent",
+            agent_b or "agent",
+        )
     if out_dir is not None:
-        _write_comparison(results, Path(out_dir), figures)
+        out = ensure_dir(out_dir, "write the comparison to")
+        with folder_errors("write the comparison to", out):
+            _write_comparison(results, out, figures)
     return results
+
+
+def _check_agent(run: str, agent: str, records: Sequence[dict[str, Any]]) -> None:
+    """Raise :class:`UnknownAgent` when run ``run`` (A or B) has no episode of ``agent``,
+    listing the agents it has."""
+    episodes = [r for r in records if r.get("record", "episode") == "episode"]
+    names = sorted({str(r.get("agent")) for r in episodes})
+    labels = {label(str(r.get("agent")), str(r.get("visibility", "hidden"))) for r in episodes}
+    if agent in names or agent in labels:
+        return
+    raise UnknownAgent(
+        f"run {run} has no agent {agent!r}; its agents: {', '.join(names) or '(none)'} "
+        f"(choose one with --agent-{run.lower()})",
+        agent=agent,
+        agents=names,
+    )
 
 
 def _prefix_lines(
@@ -199,7 +234,6 @@ def _prefix_lines(
 
 
 def _write_comparison(results: list[Comparison], out: Path, figures: bool) -> None:
-    out.mkdir(parents=True, exist_ok=True)
     with open(out / "difference.csv", "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["env_id", "A", "B", "K", "T", "diff", "low", "high", "holds"])

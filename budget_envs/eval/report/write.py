@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from budget_envs.eval.metrics import recovery_table, single_step_accuracy
+from budget_envs.eval.outdir import ensure_dir, folder_errors
 from budget_envs.eval.report.figures import surface_figures
 from budget_envs.eval.report.surfaces import group_surfaces, groups, label
 from budget_envs.eval.report.tables import (
@@ -45,9 +46,25 @@ def write_report(
     seed: int = 0,
     figures: bool = True,
 ) -> ReportResult:
-    """Write ``report.md``, CSV tables and PNG figures for ``records`` into ``out_dir``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    """Write ``report.md``, CSV tables and PNG figures for ``records`` into ``out_dir``.
+
+    A folder that cannot take them (read-only, not a directory, a full disk) raises
+    :class:`~budget_envs.errors.OutDirError`, one line naming it.
+    """
+    out = ensure_dir(out_dir, "write the report to")
+    with folder_errors("write the report to", out):
+        return _write_report(records, out, title=title, n_boot=n_boot, seed=seed, figures=figures)
+
+
+def _write_report(
+    records: Sequence[dict[str, Any]],
+    out: Path,
+    *,
+    title: str,
+    n_boot: int,
+    seed: int,
+    figures: bool,
+) -> ReportResult:
     surfaces = group_surfaces(records, n_boot=n_boot, seed=seed)
     tables: list[Path] = []
     figs: list[Path] = []
