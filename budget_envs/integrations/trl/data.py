@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -135,8 +135,7 @@ def oracle_examples(
     _require()
     dialogue = _Dialogue(tokenizer, rollout.system_prompt, chat_template_kwargs)
     env = make_env_like(rollout.env)
-    base = env.unwrapped
-    ids = list(base.task_ids if task_ids is None else task_ids)
+    ids = list(env.unwrapped.task_ids if task_ids is None else task_ids)
     rng = np.random.default_rng(seed)
     out = []
     eos = tokenizer.eos_token_id
@@ -144,18 +143,31 @@ def oracle_examples(
         obs, info = env.reset(seed=seed + k, options={"task_id": ids[int(rng.integers(len(ids)))]})
         tokens = dialogue.prompt_ids(_user_text(obs, info, rollout.show_actions))
         mask = [0] * len(tokens)
-        for _ in range(200):
-            best = base.oracle_actions()
-            if not best:
-                break
-            reply = tokenizer.encode(best[0], add_special_tokens=False) + [eos]
+        for action, text, over in _oracle_turns(env, rollout.show_actions, 200):
+            reply = tokenizer.encode(action, add_special_tokens=False) + [eos]
             tokens += reply
             mask += [1] * len(reply)
-            obs, _, terminated, truncated, info = env.step(best[0])
-            if terminated or truncated:
+            if over:
                 break
-            env_ids = dialogue.env_ids(_user_text(obs, info, rollout.show_actions), True)
+            env_ids = dialogue.env_ids(text, True)
             tokens += env_ids
             mask += [0] * len(env_ids)
         out.append((tokens, mask))
     return out
+
+
+def _oracle_turns(
+    env: gym.Env, show_actions: bool, max_turns: int
+) -> Iterator[tuple[str, str, bool]]:
+    """The oracle plays ``env`` from where it is, for at most ``max_turns`` turns or until it has
+    no action: per turn, the action, the user text that follows it and whether the episode ended
+    (the last turn)."""
+    base = env.unwrapped
+    for _ in range(max_turns):
+        best = base.oracle_actions()
+        if not best:
+            return
+        obs, _, terminated, truncated, info = env.step(best[0])
+        yield best[0], _user_text(obs, info, show_actions), bool(terminated or truncated)
+        if terminated or truncated:
+            return

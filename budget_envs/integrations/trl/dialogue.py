@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +64,13 @@ def action_from_reply(text: str) -> str:
     if text[:1] in "{[":
         return text
     return text.splitlines()[0].strip() if text else ""
+
+
+def _stop_reason(info: Mapping[str, Any], terminated: bool) -> str:
+    """Why a step ended the episode: the env's ``info["stop_reason"]``, else ``won`` or ``lost``
+    (by ``info["won"]``) when it terminated, ``budget`` when it was truncated."""
+    fallback = ("won" if info.get("won") else "lost") if terminated else "budget"
+    return str(info.get("stop_reason") or fallback)
 
 
 @dataclass

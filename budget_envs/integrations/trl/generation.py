@@ -86,6 +86,25 @@ class HFTurnGenerator:
         self._kv_mask: Any = None  # (rows, cached width): 1 where a row's own token is cached
         self._kv_rows: list[list[int]] = []  # per row, the ids whose keys/values are cached
 
+    @classmethod
+    def for_tokenizer(
+        cls, model: Any, generation_config: Any, tokenizer: Any, *, reuse_cache: bool = True
+    ) -> HFTurnGenerator:
+        """A generator that pads with ``tokenizer``'s padding id and ends a reply at its
+        end-of-turn ids (both also set on ``generation_config``), at the config's temperature."""
+        eos = tokenizer.eos_token_id
+        eos_ids = [eos] if isinstance(eos, int) else list(eos)
+        generation_config.pad_token_id = tokenizer.pad_token_id
+        generation_config.eos_token_id = eos_ids
+        return cls(
+            model,
+            generation_config,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_ids=eos_ids,
+            temperature=generation_config.temperature or 1.0,
+            reuse_cache=reuse_cache,
+        )
+
     def _match(self, contexts: Sequence[Sequence[int]]) -> list[int] | None:
         """The cached row each context extends (in order), or None when one extends none."""
         if self._kv is None:

@@ -116,17 +116,7 @@ class PolicyAgent:
         config.do_sample = True
         if self.temperature is not None:
             config.temperature = float(self.temperature)
-        eos = self._tokenizer.eos_token_id
-        self._eos_ids = [eos] if isinstance(eos, int) else list(eos)
-        config.eos_token_id = self._eos_ids
-        config.pad_token_id = self._tokenizer.pad_token_id
-        self._generator = HFTurnGenerator(
-            self._model,
-            config,
-            pad_token_id=self._tokenizer.pad_token_id,
-            eos_token_ids=self._eos_ids,
-            temperature=config.temperature or 1.0,
-        )
+        self._generator = HFTurnGenerator.for_tokenizer(self._model, config, self._tokenizer)
 
     def reset(self, *, env_id: str, observation: str, info: Mapping[str, Any], seed: int) -> None:
         """Start an episode: render the first observation as the prompt."""
@@ -148,7 +138,7 @@ class PolicyAgent:
             _user_text(observation, dict(info), bool(self.settings.get("show_actions", True))),
             int(self.settings.get("max_completion_length", 512)),
             int(self.settings.get("max_turn_tokens", 24)),
-            self._eos_ids,
+            self._generator.eos_token_ids,
         )
         self._episode_seed = int(seed)
         self._turn = 0

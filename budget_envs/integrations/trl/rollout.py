@@ -6,20 +6,21 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from budget_envs.integrations.common import DEFAULT_BUDGET, make_env, make_env_like
-from budget_envs.integrations.trl.base import _require, _seed
+from budget_envs.integrations.trl.base import _check_draw_options, _require, _seed
 from budget_envs.integrations.trl.dialogue import (
     _TASK_TAG,
     STOP_REASONS,
     SYSTEM_PROMPT,
     RolloutEpisode,
     _Dialogue,
+    _stop_reason,
     _TokenEpisode,
     _user_text,
 )
@@ -46,6 +47,18 @@ def env_reward(
                 f"stop_reason/{word}", sum(s == word for s in stop_reason) / len(stop_reason)
             )
     return [float(r) for r in env_reward]
+
+
+@contextlib.contextmanager
+def _eval_mode(model: Any) -> Iterator[None]:
+    """``model`` in eval mode while it samples (no dropout, so the log-probs match the
+    sampler's), then back in the mode it was in."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 class BudgetMixRollout:
@@ -115,10 +128,7 @@ class BudgetMixRollout:
             raise TypeError(f"max_turn_tokens must be an int, got {max_turn_tokens!r}")
         if max_turn_tokens < 1:
             raise ValueError(f"max_turn_tokens must be at least 1, got {max_turn_tokens!r}")
-        if budget_per not in ("episode", "group"):
-            raise ValueError(f"budget_per must be 'episode' or 'group', got {budget_per!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+        _check_draw_options(budget_per, seed)
         if isinstance(env, str):
             env_id = env
             self._make = lambda: make_env(
@@ -205,14 +215,10 @@ class BudgetMixRollout:
                 temperature=trainer.temperature,
                 reuse_cache=self.reuse_cache,
             )
-            was_training = model.training
-            model.eval()  # no dropout while sampling, so the log-probs match the sampler
-            try:
+            with _eval_mode(model):
                 episodes = self._play_all(
                     prompts, gen, tokenizer, limit, kwargs, rank, group, eos_ids, False
                 )
-            finally:
-                model.train(was_training)
         return self._as_output(episodes)
 
     @staticmethod
@@ -252,28 +258,17 @@ class BudgetMixRollout:
         import torch
         from transformers import GenerationConfig
 
-        eos = tokenizer.eos_token_id
-        eos_ids = [eos] if isinstance(eos, int) else list(eos)
         if generation_config is None:
             generation_config = GenerationConfig(
                 do_sample=True, temperature=1.0, top_k=0, top_p=1.0, pad_token_id=None
             )
-        generation_config.pad_token_id = tokenizer.pad_token_id
-        generation_config.eos_token_id = eos_ids
         seed = _seed(self.seed, rank, self._episodes, 2) if sampler_seed is None else sampler_seed
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(seed))
-            gen = HFTurnGenerator(
-                model,
-                generation_config,
-                pad_token_id=tokenizer.pad_token_id,
-                eos_token_ids=eos_ids,
-                temperature=generation_config.temperature or 1.0,
-                reuse_cache=self.reuse_cache,
+            gen = HFTurnGenerator.for_tokenizer(
+                model, generation_config, tokenizer, reuse_cache=self.reuse_cache
             )
-            was_training = model.training
-            model.eval()
-            try:
+            with _eval_mode(model):
                 return self._play_all(
                     prompts,
                     gen,
@@ -282,11 +277,9 @@ class BudgetMixRollout:
                     dict(chat_template_kwargs or {}),
                     rank,
                     0,
-                    eos_ids,
+                    gen.eos_token_ids,
                     False,
                 )
-            finally:
-                model.train(was_training)
 
     # ------------------------------------------------------------------ internals
     def _groups(self, prompts: Sequence[Any], group: int) -> list[int]:
@@ -397,8 +390,7 @@ class BudgetMixRollout:
                 if terminated or truncated:
                     st.over = True
                     st.ep.won = bool(info.get("won", False))
-                    fallback = ("won" if st.ep.won else "lost") if terminated else "budget"
-                    st.ep.stop_reason = str(info.get("stop_reason") or fallback)
+                    st.ep.stop_reason = _stop_reason(info, terminated)
                     continue
                 st.take_observation(_user_text(obs, info, self.show_actions))
         episodes = [st.ep for st in states]

@@ -16,8 +16,8 @@ import numpy as np
 from budget_envs._util import tool_call_action
 from budget_envs.errors import BudgetExhausted, EpisodeOver
 from budget_envs.integrations.common import make_env
-from budget_envs.integrations.trl.base import _seed
-from budget_envs.integrations.trl.dialogue import _user_text
+from budget_envs.integrations.trl.base import _check_draw_options, _seed
+from budget_envs.integrations.trl.dialogue import _stop_reason, _user_text
 
 
 class BudgetMixToolEnv:
@@ -88,10 +88,7 @@ class BudgetMixToolEnv:
         """
         if not isinstance(env_id, str) or not env_id:
             raise TypeError(f"env_id must be a non-empty str, got {env_id!r}")
-        if budget_per not in ("episode", "group"):
-            raise ValueError(f"budget_per must be 'episode' or 'group', got {budget_per!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+        _check_draw_options(budget_per, seed)
         name = "BudgetMixToolEnv_" + re.sub(r"\W", "_", env_id)
         attrs: dict[str, Any] = {
             "env_id": env_id,
@@ -170,7 +167,7 @@ class BudgetMixToolEnv:
         self.turns += 1
         self.reward += float(reward)
         if terminated:
-            self.over = str(info.get("stop_reason") or ("won" if info.get("won") else "lost"))
+            self.over = _stop_reason(info, terminated=True)
             return obs
         if truncated:
             self.over = "budget"

@@ -18,7 +18,11 @@ from typing import Any
 
 from budget_envs.integrations.common import DEFAULT_BUDGET, make_env_like
 from budget_envs.integrations.trl.base import _require
-from budget_envs.integrations.trl.data import make_prompt_dataset, oracle_examples
+from budget_envs.integrations.trl.data import (
+    _oracle_turns,
+    make_prompt_dataset,
+    oracle_examples,
+)
 from budget_envs.integrations.trl.dialogue import SYSTEM_PROMPT, _user_text
 from budget_envs.integrations.trl.policy import save_policy
 from budget_envs.integrations.trl.rollout import BudgetMixRollout, env_reward
@@ -35,21 +39,13 @@ def _corpus(rollout: BudgetMixRollout, task_ids: Sequence[str], limit: int = 16)
     """Texts of the training tasks (first observations, admissible and oracle actions) for the
     tiny model's tokenizer."""
     env = make_env_like(rollout.env)
-    base = env.unwrapped
     texts: list[str] = [rollout.system_prompt or ""]
     try:
         for task_id in list(task_ids)[:limit]:
             obs, info = env.reset(seed=0, options={"task_id": task_id})
             texts.append(_user_text(obs, info, rollout.show_actions))
-            for _ in range(50):
-                best = base.oracle_actions()
-                if not best:
-                    break
-                texts.append(best[0])
-                obs, _, terminated, truncated, info = env.step(best[0])
-                texts.append(_user_text(obs, info, rollout.show_actions))
-                if terminated or truncated:
-                    break
+            for action, text, _ in _oracle_turns(env, rollout.show_actions, 50):
+                texts += [action, text]
     finally:
         env.close()
     return texts
