@@ -63,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     import budget_envs  # noqa: F401  (registers the ids)
     from budget_envs.eval.report import compare_runs
     from budget_envs.eval.runner import EvalPlan, load_records, run_plan
-    from budget_envs.integrations.trl import train
-    from budget_envs.integrations.trl_train import PolicyAgent
+    from budget_envs.integrations.trl import PolicyAgent, train
 
     torch.set_num_threads(args.threads)
     lo, hi = (int(x) for x in args.budget.split("-"))
