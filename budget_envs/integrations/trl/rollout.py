@@ -368,11 +368,9 @@ class BudgetMixRollout:
                 break
             if lockstep:
                 # The same cap on every rank (the server applies one); rooms clip per episode.
-                new_tokens = (
-                    self.max_turn_tokens
-                )  # every episode of this rank takes part (see VLLMTurnGenerator)
+                # Every episode of this rank takes part (see VLLMTurnGenerator).
                 contexts = [st.context() if not st.over else [gen.filler_id] for st in states]
-                replies, logps = gen.generate(contexts, new_tokens)
+                replies, logps = gen.generate(contexts, self.max_turn_tokens)
                 replies, logps = [replies[i] for i in live], [logps[i] for i in live]
             else:
                 rooms = [states[i].room() for i in live]
