@@ -64,7 +64,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("eval", ("budget_envs.eval",)),
     ("integrations", ("budget_envs.integrations",)),
     ("study", ("budget_envs.study",)),
-    ("cli", ("budget_envs.cli", "budget_envs.envs.*.cli")),
+    (
+        "cli",
+        ("budget_envs.cli", "budget_envs.commands", "budget_envs.demo", "budget_envs.envs.*.cli"),
+    ),
 )
 LAYER_RANK = {name: rank for rank, (name, _) in enumerate(LAYERS)}
 

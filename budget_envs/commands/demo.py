@@ -1,0 +1,261 @@
+"""``budgetmix demo``, the main job: reference agents on every registered family, then a trained
+pair. This module shows the runs; what they are is :mod:`budget_envs.demo`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from budget_envs import demo
+from budget_envs.commands.common import (
+    Progress,
+    StageBars,
+    check_env_ids,
+    in_ci,
+    missing_modules,
+    pip_extra,
+    print_few_tasks_warning,
+)
+from budget_envs.errors import UsageError
+
+__all__ = ["cmd_demo"]
+
+
+def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
+    start = time.perf_counter()
+    out_dir = Path(args.out)
+    pair_spec = None
+    if not args.no_train:
+        from budget_envs import study
+
+        try:
+            pair_spec = study.demo_spec(**(args.train_sizes or {}))
+        except ValueError as exc:
+            raise UsageError(f"bad --train-sizes: {exc}") from None
+    env_ids, source = demo.demo_env_ids()
+    if args.env:
+        check_env_ids(args.env)
+        env_ids, source = list(args.env), "ids given with --env"
+    if not env_ids:
+        print("budgetmix demo: no env is registered, so there is nothing to evaluate.", file=out)
+        return 1
+    print(f"Demo on {len(env_ids)} {source}: {', '.join(env_ids)}", file=out)
+    usable, skipped = demo.probe_envs(env_ids, seed=args.seed)
+    for env_id, why in skipped:
+        print(f"SKIPPED {env_id}: {why}", file=out)
+    strict = args.strict or in_ci()
+    if not usable:
+        return 1
+    runs = out_dir / "runs"
+    rc, records = _run_references(usable, runs, args, out)
+    if not records:
+        return 1
+    report, comps = demo.reference_reports(
+        records, out_dir, epsilon=args.epsilon, figures=not args.no_figures
+    )
+    print("", file=out)
+    print(demo.summary(report.text), file=out)
+    print_few_tasks_warning(records)
+    for c in comps:
+        print("\n" + c.text, file=out)
+    for env_id in usable:
+        _print_episode(env_id, args, out)
+    pair = "off"
+    if pair_spec is not None:
+        pair = _demo_pair(pair_spec, out_dir / "trained", args, out)
+        rc = 1 if pair == "failed" else rc
+    print(
+        f"\nReport: {report.markdown} ({len(report.figures)} figures, {len(report.tables)} tables); "
+        f"records under {runs}; {time.perf_counter() - start:.0f} s in all.",
+        file=out,
+    )
+    if (skipped or pair == "skipped") and strict:
+        what = []
+        if skipped:
+            what.append(
+                f"{len(skipped)} of {len(env_ids)} families were skipped "
+                f"({', '.join(e for e, _ in skipped)})"
+            )
+        if pair == "skipped":
+            what.append("the trained pair was skipped")
+        print(
+            f"FAILED: {'; '.join(what)}; a skip fails the demo under CI=true or --strict",
+            file=out,
+        )
+        return 1
+    return rc
+
+
+def _run_references(
+    env_ids: list[str], runs: Path, args: argparse.Namespace, out: TextIO
+) -> tuple[int, list[dict[str, Any]]]:
+    """Each env's hidden and visible runs into ``runs`` (resumed when there): the exit code so
+    far and every record."""
+    from budget_envs.eval.runner import load_records, run_plan
+
+    rc = 0
+    records: list[dict[str, Any]] = []
+    for env_id in env_ids:
+        plans = demo.demo_plans(
+            env_id,
+            epsilon=args.epsilon,
+            tasks=args.tasks,
+            samples=args.samples,
+            fault_turns=args.fault_turns,
+            probe_states=args.probe_states,
+            seed=args.seed,
+            max_turns=args.max_turns,
+        )
+        slug = env_id.replace("/", "_")
+        for name, plan in plans:
+            progress = Progress(f"{env_id} {name}", enabled=not args.quiet)
+            try:
+                result = run_plan(
+                    plan,
+                    runs / f"{slug}_{name}",
+                    workers=args.workers,
+                    resume=True,
+                    on_start=progress.start,
+                    on_record=progress.record,
+                )
+            except Exception as exc:
+                print(f"FAILED {env_id} ({name} run): {type(exc).__name__}: {exc}", file=out)
+                rc = 1
+                continue
+            finally:
+                progress.close()
+            if result.errors:
+                rc = 1
+                print(
+                    f"{env_id} ({name} run): {result.errors} episodes ended in errors "
+                    "(see the report)",
+                    file=out,
+                )
+            if result.skipped:
+                print(
+                    f"{env_id} ({name} run): reused {result.skipped} episodes from an earlier "
+                    f"demo in {result.run_dir}; delete it to start fresh",
+                    file=out,
+                )
+            records += load_records(result.run_dir)
+    return rc, records
+
+
+def _print_episode(env_id: str, args: argparse.Namespace, out: TextIO) -> None:
+    """One oracle episode with the budget shown, turn by turn."""
+    from budget_envs.eval.runner import transcript
+
+    print(f"\n## One oracle episode on {env_id} (budget shown to the agent)", file=out)
+    t = demo.t_max(env_id, args.max_turns)
+    for turn in transcript(env_id, seed=args.seed, budget=t, max_turns=t):
+        if turn["turn"] == 0:
+            print(f"[reset] goal: {turn['goal']}", file=out)
+        else:
+            b = turn["budget"]
+            fault = f"  FAULT {turn['fault']['kind']}" if turn.get("fault") else ""
+            print(
+                f"[turn {b['used']}/{b['limit']}, {b['remaining']} left] > {turn['action']}{fault}",
+                file=out,
+            )
+        print(_indent(turn["observation"]), file=out)
+        if turn.get("episode_summary"):
+            print(f"episode summary: {turn['episode_summary']}", file=out)
+
+
+def _indent(text: str, width: int = 600) -> str:
+    text = text if len(text) <= width else text[:width] + " [...]"
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+def _demo_pair(spec: Any, folder: Path, args: argparse.Namespace, out: TextIO) -> str:
+    """The demo's trained pair (:func:`budget_envs.demo.run_pair`) and its summary.
+
+    Returns ``"done"``, ``"skipped"`` (no RLlib) or ``"failed"``.
+    """
+    from budget_envs import study
+
+    fam = spec.families[0]
+    arm_a, arm_b = spec.arms
+    t_a, t_b = (study.arm_budget(a, fam.tight, fam.generous) for a in (arm_a, arm_b))
+    print(
+        f"\n## Trained pair on {fam.env_id}: {arm_b} (training T {t_b}) against {arm_a} "
+        f"(training T {t_a})",
+        file=out,
+    )
+    missing = missing_modules("ray", "torch")
+    if missing:
+        print(
+            f"SKIPPED the trained pair: training needs {' and '.join(missing)}: "
+            f"{pip_extra('rllib')} (or run the demo with --no-train)",
+            file=out,
+        )
+        return "skipped"
+    bars = StageBars(enabled=not args.quiet)
+    try:
+        run = demo.run_pair(
+            spec, folder, progress=bars, workers=args.workers, figures=not args.no_figures
+        )
+    except Exception as exc:  # the demo reports a failed pair and carries on
+        print(f"FAILED the trained pair: {type(exc).__name__}: {exc}", file=out)
+        if isinstance(exc, ValueError) and "holds another study" in str(exc):
+            print(f"(delete {folder} to train the pair again)", file=out)
+        return "failed"
+    finally:
+        bars.close()
+    pair = run.pair
+    refs = ", ".join([study.RANDOM, *spec.references])
+    vis = "hidden" if pair.visibility == "hidden" else f"visible ({pair.visibility})"
+    print(
+        f"Budget {vis}, trained on {json.dumps(fam.train_kwargs)}: a shared warm start on "
+        f"{fam.warm_start_episodes} oracle episodes ({fam.warm_start_epochs} epochs), then "
+        f"{fam.iterations} PPO iteration(s) of {fam.batch_size} steps per arm. Evaluated on "
+        f"{fam.eval_tasks} unseen tasks of {json.dumps(fam.eval_kwargs)} x {fam.eval_samples} "
+        f"samples, with {refs} on the same tasks and episode seeds.",
+        file=out,
+    )
+    if pair.training:
+        nan = float("nan")
+        cells = [
+            f"{arm} win rate {row.get('win_rate', nan):.3f}, {row.get('turns', nan):.1f} turns, "
+            f"mean T {row.get('budget_limit', nan):.1f}"
+            for arm, row in pair.training.items()
+        ]
+        print("Last PPO iteration (training tasks): " + "; ".join(cells) + ".", file=out)
+    if run.reused:
+        print(
+            f"(reused the finished policies and episodes of an earlier demo in {folder}; delete it "
+            "to train again)",
+            file=out,
+        )
+    for k in pair.ks:
+        print(
+            f"\nPass@({k},T) on {pair.units} unseen tasks; B - A = {arm_b} - {arm_a} with its 95% "
+            "paired bootstrap interval (budgetmix compare):",
+            file=out,
+        )
+        header = ["T", *pair.agents, "B - A"]
+        print("| " + " | ".join(header) + " |", file=out)
+        print("|" + "---|" * len(header), file=out)
+        for j, t in enumerate(pair.ts):
+            d, lo, hi = pair.diff[k][j]
+            row = [str(t), *(f"{pair.pass_at[a][k][j]:.3f}" for a in pair.agents)]
+            row.append(f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+            print("| " + " | ".join(row) + " |", file=out)
+    same, total = pair.same_play
+    print(
+        f"\n{arm_a} and {arm_b} played the same actions in {same} of {total} paired episodes "
+        f"(same task, sample and episode seed).",
+        file=out,
+    )
+    figures = [] if args.no_figures else [*pair.figures, *run.report.figures]
+    if figures:
+        print("Figures: " + ", ".join(str(f) for f in figures), file=out)
+    print(
+        f"Trained pair: {folder / 'study.md'} (tables in {folder / 'tables'}, the comparison in "
+        f"{pair.compare_dir}); {run.seconds:.0f} s.",
+        file=out,
+    )
+    return "done"

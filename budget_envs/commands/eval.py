@@ -1,0 +1,259 @@
+"""``budgetmix eval``: agents from ``--agent`` and ``--agent-config``, one plan, its records and a
+short Pass@1 table (the full report is ``budgetmix report``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from budget_envs.commands.common import Progress, check_env_ids, print_few_tasks_warning
+from budget_envs.errors import UsageError
+
+__all__ = ["cmd_eval", "parse_agents"]
+
+
+def _load_agent_config(path: str) -> list[tuple[str | None, str]]:
+    """``(name or None, spec)`` pairs of an ``--agent-config`` file (YAML or JSON).
+
+    The file holds one agent (a mapping with ``kind``; an optional ``name``) or several
+    (``agents: {NAME: SPEC or mapping}``).
+    """
+    from budget_envs.eval.agents import spec_from_mapping
+
+    try:
+        text = open(path, encoding="utf-8").read()
+    except OSError as exc:
+        raise UsageError(f"cannot read --agent-config {path!r}: {exc.strerror}") from None
+    try:
+        if path.endswith(".json"):
+            data = json.loads(text)
+        else:
+            try:
+                import yaml
+            except ImportError:
+                raise UsageError(
+                    f"--agent-config {path!r}: reading YAML needs PyYAML (pip install pyyaml), "
+                    "or give a .json file"
+                ) from None
+            data = yaml.safe_load(text)
+    except UsageError:
+        raise
+    except Exception as exc:  # json/yaml parse errors: one line naming the file
+        raise UsageError(f"--agent-config {path!r} does not parse: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--agent-config {path!r} must hold a mapping, got {type(data).__name__}")
+    items = data["agents"].items() if isinstance(data.get("agents"), dict) else [(None, data)]
+    out: list[tuple[str | None, str]] = []
+    for name, spec in items:
+        if isinstance(spec, dict):
+            spec = dict(spec)
+            name = spec.pop("name", None) if name is None else name
+            try:
+                spec = spec_from_mapping(spec)
+            except ValueError as exc:
+                raise UsageError(f"--agent-config {path!r}: {exc}") from None
+        if not isinstance(spec, str):
+            raise UsageError(f"--agent-config {path!r}: agent {name!r} must be a spec or mapping")
+        out.append((name, spec))
+    return out
+
+
+def _with_concurrency(spec: str, concurrency: int | None) -> str:
+    """A chat spec with ``concurrency`` set (other kinds unchanged)."""
+    from budget_envs.eval.agents import parse_spec, spec_from_mapping
+
+    kind, kwargs = parse_spec(spec)
+    if concurrency is None or kind != "chat":
+        return spec
+    return spec_from_mapping({"kind": kind, **kwargs, "concurrency": concurrency})
+
+
+def parse_agents(
+    values: Sequence[str],
+    configs: Sequence[str] = (),
+    concurrency: int | None = None,
+) -> dict[str, str]:
+    """``NAME=SPEC`` or just ``SPEC`` (then the agent's own name is used), then the agents of
+    every ``--agent-config`` file."""
+    from budget_envs.eval.agents import make_agent
+
+    pairs: list[tuple[str | None, str, str]] = []
+    for value in values:
+        name, eq, spec = value.partition("=")
+        if eq and ":" not in name and "," not in name:
+            pairs.append((name, spec, value))
+        else:
+            pairs.append((None, value, value))
+    for path in configs:
+        pairs += [(name, spec, f"{spec} (from {path})") for name, spec in _load_agent_config(path)]
+    out: dict[str, str] = {}
+    for key, spec, shown in pairs:
+        try:
+            spec = _with_concurrency(spec, concurrency)
+            agent = make_agent(spec)  # checks the spec now, not in the first episode
+        except (TypeError, ValueError) as exc:
+            hint = ""
+            if spec.startswith("chat") and "base_url" not in spec:
+                hint = "; a chat agent needs base_url, e.g. chat:base_url=http://127.0.0.1:8000/v1,model=NAME"
+            raise UsageError(f"bad --agent {shown!r}: {exc}{hint}") from None
+        if key is None:
+            key = agent.name
+        if key in out:
+            raise UsageError(f"agent name {key!r} given twice; use NAME=SPEC to tell them apart")
+        out[key] = spec
+    return out
+
+
+def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
+    import gymnasium as gym
+
+    from budget_envs.errors import PreflightError, RecordsWriteError
+    from budget_envs.eval.runner import EvalPlan, load_records, run_plan
+    from budget_envs.eval.runner.ray_backend import RayUnavailable
+
+    check_env_ids(args.env_ids)
+    agents = parse_agents(
+        args.agent or ([] if args.agent_config else ["random"]),
+        args.agent_config or (),
+        args.concurrency,
+    )
+    prefix_from = _prefix_source(args, agents)
+    if args.quiet:  # also the model-loading bars of policy agents (here and in workers)
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    try:
+        plan = EvalPlan(
+            env_ids=list(args.env_ids),
+            agents=agents,
+            tasks=args.tasks,
+            samples=args.samples,
+            budgets=args.budgets,
+            visibility=args.visibility,
+            fault_turns=args.fault_turns or [],
+            fault_kinds=tuple(args.fault_kinds.split(",")),
+            probe_states=args.probe_states,
+            track_oracle=not args.no_oracle,
+            seed=args.seed,
+            env_kwargs=args.env_kwargs or {},
+            prefix_turns=args.prefix_turns or [],
+            prefix_from=prefix_from,
+            prefix_episodes=args.prefix_episodes,
+        )
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    progress = Progress("eval", enabled=not args.quiet)
+    try:
+        result = run_plan(
+            plan,
+            args.out,
+            workers=args.workers,
+            ray=args.ray,
+            resume=args.resume,
+            on_start=progress.start,
+            on_record=progress.record,
+        )
+    except FileExistsError as exc:
+        raise UsageError(str(exc)) from None
+    except RayUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    except PreflightError as exc:  # a dead server, a bad key, a model it does not serve
+        raise UsageError(str(exc)) from None
+    except gym.error.DependencyNotInstalled as exc:
+        raise UsageError(str(exc)) from None
+    except RecordsWriteError as exc:  # a full disk: one line, not a traceback
+        progress.close()
+        print(f"budgetmix eval: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        progress.close()
+    prefix = f", {result.prefix_total} of them prefix probes" if plan.prefix_turns else ""
+    print(
+        f"{result.ran} records written to {result.run_dir} ({result.skipped} already done, "
+        f"{result.errors} errors{prefix}).",
+        file=out,
+    )
+    if plan.prefix_turns and not result.prefix_total:
+        print(
+            "warning: no prefix probe ran: the source agent has no failed episode longer than "
+            f"t={min(plan.prefix_turns)}",
+            file=sys.stderr,
+        )
+    records = load_records(result.run_dir)
+    table = _result_table(records)
+    if table:
+        print("\n" + "\n".join(table), file=out)
+    print(
+        f"\nThe full report (the Pass@(K,T) surface, single-step accuracy, recovery, figures): "
+        f"budgetmix report {result.run_dir}  (writes {Path(result.run_dir) / 'report'}/report.md)",
+        file=out,
+    )
+    print_few_tasks_warning(records)
+    return 1 if result.errors else 0
+
+
+def _result_table(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Lines of a short table: per env and agent, the episodes, Pass@1 at T_max with its 95%
+    bootstrap interval over tasks (:func:`budget_envs.eval.report.group_surfaces`), and the
+    mean turns; over the episodes without an injected fault. Empty without episodes."""
+    from budget_envs.errors import DerivationError
+    from budget_envs.eval.report import group_surfaces
+
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        if r.get("record", "episode") == "episode" and r.get("fault_turn") is None:
+            key = (r["env_id"], r["agent"], r.get("visibility", "hidden"))
+            groups.setdefault(key, []).append(r)
+    if not groups:
+        return []
+    try:
+        surfaces = {(s.env_id, s.agent, s.visibility): s for s in group_surfaces(records)}
+    except (DerivationError, ValueError) as exc:
+        print(f"warning: no Pass@1 table: {exc}", file=sys.stderr)
+        return []
+    header = ["env", "agent", "episodes", "errors", "T_max", "Pass@1 [95% CI]", "mean turns"]
+    rows = [header]
+    for (env_id, agent, vis), recs in sorted(groups.items()):
+        ok = [r for r in recs if not r.get("error")]
+        surface = surfaces.get((env_id, agent, vis))
+        if surface is None:
+            t_max, cell = str(max(int(r["budget"]) for r in recs)), "-"
+        else:
+            t_max = str(surface.ts[-1])
+            mean, low, high = surface.mean[0, -1], surface.low[0, -1], surface.high[0, -1]
+            cell = f"{mean:.3f} [{low:.3f}, {high:.3f}]"
+        turns = f"{np.mean([int(r['turns']) for r in ok]):.1f}" if ok else "-"
+        label = agent if vis == "hidden" else f"{agent} ({vis})"
+        rows.append([env_id, label, str(len(recs)), str(len(recs) - len(ok)), t_max, cell, turns])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        "Pass@1 at T_max (episodes without an injected fault; 95% bootstrap interval over tasks):"
+    ]
+    for row in rows:
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return lines
+
+
+def _prefix_source(args: argparse.Namespace, agents: dict[str, str]) -> str | None:
+    """The ``prefix_from`` of the plan for ``--prefix-from``: None for ``own``, an agent's name;
+    a ``[NAME=]SPEC`` that names no agent of the run adds that reference agent to ``agents``."""
+    value = args.prefix_from
+    if value is None or value == "own":
+        return None
+    if not args.prefix_turns:
+        raise UsageError("--prefix-from needs --prefix-turns (the prefix lengths t to replay)")
+    if value in agents:
+        return value
+    (name, spec), *_ = parse_agents([value], concurrency=args.concurrency).items()
+    if name in agents and agents[name] != spec:
+        raise UsageError(
+            f"--prefix-from {value!r}: the name {name!r} is an --agent with another spec "
+            f"({agents[name]!r}); give the reference agent another name with NAME=SPEC"
+        )
+    agents[name] = spec
+    return name

@@ -1,0 +1,129 @@
+"""``budgetmix prepare FAMILY [options]``: run a family's prepare hook, its options read from the
+hook's keyword parameters and their docstring (see ``registry/table.py``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+__all__ = ["cmd_prepare", "hook_parser"]
+
+
+def _hook_doc_args(doc: str) -> dict[str, str]:
+    """``name: text`` entries of the Google-style ``Args:`` section of a (dedented) docstring."""
+    out: dict[str, str] = {}
+    lines = doc.splitlines()
+    if "Args:" not in (line.strip() for line in lines):
+        return out
+    start = [line.strip() for line in lines].index("Args:") + 1
+    indent = None
+    current = None
+    for line in lines[start:]:
+        if not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip())
+        indent = depth if indent is None else indent
+        if depth < indent or depth == 0:
+            break
+        name, colon, text = line.strip().partition(":")
+        if depth == indent and colon and name.isidentifier():
+            current = name
+            out[name] = text.strip()
+        elif current is not None:
+            out[current] += " " + line.strip()
+    return out
+
+
+def hook_parser(prog: str, hook: Any) -> argparse.ArgumentParser:
+    """Command-line options from a prepare hook's keyword parameters (see registry/table.py)."""
+    import inspect
+    import typing
+
+    doc = inspect.getdoc(hook) or ""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0] or None)
+    try:
+        hints = typing.get_type_hints(hook)
+    except (NameError, TypeError):  # unresolvable annotations: use the defaults' types
+        hints = {}
+    helps = _hook_doc_args(doc)
+    for param in inspect.signature(hook).parameters.values():
+        if param.name == "progress" or param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
+            continue
+        flag = "--" + param.name.replace("_", "-")
+        default = None if param.default is param.empty else param.default
+        help_text = helps.get(param.name, "")
+        hint = hints.get(param.name)
+        options = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+        kind = options[0]
+        if isinstance(default, bool):
+            parser.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=default, help=help_text
+            )
+            continue
+        kwargs: dict[str, Any] = {"default": default, "dest": param.name}
+        if typing.get_origin(kind) in (list, tuple, Sequence) or kind in (list, tuple):
+            item = (typing.get_args(kind) or (str,))[0]
+            kwargs.update(nargs="+", type=item if item in (int, float) else str)
+        elif kind in (int, float) or type(default) in (int, float):
+            kwargs["type"] = kind if kind in (int, float) else type(default)
+        if param.default is param.empty:
+            kwargs["required"] = True
+        shown = "" if default is None else f" (default: {default})"
+        parser.add_argument(flag, help=(help_text + shown).strip(), **kwargs)
+    return parser
+
+
+def cmd_prepare(args: argparse.Namespace, out: TextIO) -> int:
+    """``budgetmix prepare FAMILY [options]``: run the family's prepare hook with a progress bar."""
+    import gymnasium as gym
+
+    from budget_envs._util import missing_dependency
+    from budget_envs.registry import families, family_entries
+
+    try:
+        entries = family_entries(args.family)
+    except (TypeError, gym.error.NameNotFound):
+        known = [name for name, rows in families().items() if any(r.prepare for r in rows)]
+        print(
+            f"budgetmix prepare: unknown family {args.family!r}; families with files to "
+            f"prepare: {', '.join(known) or 'none'}",
+            file=sys.stderr,
+        )
+        return 2
+    entry = next((e for e in entries if e.prepare is not None), None)
+    if entry is None:
+        print(
+            f"{entries[0].family} has nothing to prepare: its tasks are built when played.",
+            file=out,
+        )
+        return 0
+    try:
+        try:
+            hook = entry.prepare_hook()
+        except ImportError as exc:
+            raise missing_dependency(f"prepare {entry.family}", entry.requires, exc) from exc
+        parser = hook_parser(f"budgetmix prepare {args.family}", hook)
+        options = vars(parser.parse_args(list(args.rest)))
+        from tqdm import tqdm
+
+        bar = tqdm(total=None, desc=f"{entry.family} files", unit="file", file=sys.stderr)
+
+        def progress(done: int, total: int, note: str) -> None:
+            bar.total = total
+            if note:
+                bar.set_postfix_str(note, refresh=False)
+            bar.update(done - bar.n)
+
+        try:
+            result = hook(progress=progress, **options)
+        finally:
+            bar.close()
+    except (gym.error.DependencyNotInstalled, ValueError, TypeError) as exc:
+        print(f"budgetmix prepare {args.family}: {exc}", file=sys.stderr)
+        return 2
+    for failure in result.failures:
+        print(f"failed: {failure}", file=out)
+    print(f"{result.ready} of {result.total} files ready in {result.location}", file=out)
+    return 1 if result.failures or result.ready < result.total else 0

@@ -1,0 +1,79 @@
+"""``budgetmix report`` (tables and figures of a run) and ``budgetmix compare`` (B - A)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from budget_envs.commands.common import print_few_tasks_warning
+
+__all__ = ["cmd_compare", "cmd_report"]
+
+
+def _records(command: str, run: str) -> list[dict[str, Any]]:
+    """The records of ``run``; when there are none, says so on stderr (the caller exits 2)."""
+    from budget_envs.eval.runner import load_records
+
+    records = load_records(run)
+    if not records:
+        print(f"budgetmix {command}: no records in {run}", file=sys.stderr)
+    return records
+
+
+def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    import gymnasium as gym
+
+    from budget_envs.eval.report import write_report
+
+    records = _records("report", args.run)
+    if not records:
+        return 2
+    out_dir = Path(args.out) if args.out else Path(args.run) / "report"
+    try:
+        result = write_report(
+            records, out_dir, n_boot=args.boot, seed=args.seed, figures=not args.no_figures
+        )
+    except gym.error.DependencyNotInstalled as exc:
+        print(f"budgetmix report: {exc}; or pass --no-figures for the tables only", file=sys.stderr)
+        return 2
+    print(result.text, file=out)
+    print_few_tasks_warning(records)
+    print(
+        f"\nWrote {result.markdown}, {len(result.tables)} CSV tables and "
+        f"{len(result.figures)} figures to {out_dir}",
+        file=out,
+    )
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
+    import gymnasium as gym
+
+    from budget_envs.eval.report import compare_runs
+
+    a = _records("compare", args.run_a)
+    b = _records("compare", args.run_b) if a else []
+    if not (a and b):
+        return 2
+    out_dir = Path(args.out) if args.out else Path(args.run_b) / "compare"
+    try:
+        results = compare_runs(
+            a,
+            b,
+            out_dir,
+            agent_a=args.agent_a,
+            agent_b=args.agent_b,
+            n_boot=args.boot,
+            seed=args.seed,
+            figures=not args.no_figures,
+        )
+    except (ValueError, gym.error.DependencyNotInstalled) as exc:
+        print(f"budgetmix compare: {exc}", file=sys.stderr)
+        return 2
+    for c in results:
+        print(c.text, file=out)
+    extra = f", {out_dir / 'prefix_difference.csv'}" if any(c.prefix for c in results) else ""
+    print(f"Wrote {out_dir / 'compare.md'}, {out_dir / 'difference.csv'}{extra}", file=out)
+    return 0

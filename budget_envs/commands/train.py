@@ -1,0 +1,238 @@
+"""``budgetmix train``: RLlib PPO or TRL GRPO into a policy folder that ``budgetmix eval --agent
+NAME=policy:DIR`` plays; the flags of one trainer are a usage error with the other."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, TextIO
+
+from budget_envs.commands.common import StageBars, check_env_ids, missing_modules, pip_extra
+from budget_envs.errors import UsageError
+
+__all__ = ["cmd_train"]
+
+#: Defaults of the options only the RLlib trainer takes (None in the parser: given or not).
+_RLLIB_ONLY = {
+    "gamma": 0.99,
+    "max_actions": 2048,
+    "process_max_cost": 100,
+    "hidden": 128,
+    "entropy_coeff": 0.01,
+    "num_epochs": 4,
+    "checkpoint_every": 5,
+    "num_cpus": 2,
+    "warm_start_epochs": 20,
+    "warm_start_explore": 0.3,
+}
+#: Options both trainers take: the RLlib default, and TRL's keyword argument (its own default).
+_SHARED = {
+    "batch_size": (512, "batch_size"),
+    "lr": (3e-4, "learning_rate"),
+    "warm_start_episodes": (0, "warm_start_episodes"),
+    "warm_start_lr": (1e-3, "warm_start_lr"),
+    "process_reward": (None, "process_reward"),
+}
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
+    """``budgetmix train``: RLlib PPO or TRL, into a policy folder ``--agent p=policy:DIR`` plays."""
+    check_env_ids([args.env_id])
+    from budget_envs.integrations.common import DEFAULT_BUDGET
+
+    budget: Any = DEFAULT_BUDGET if args.budget is None else args.budget
+    if budget is not DEFAULT_BUDGET:
+        from budget_envs.wrappers.budget_spec import parse_budget
+
+        try:
+            parse_budget(budget)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"bad --budget {args.budget!r}: {exc}") from None
+    common = dict(
+        budget=budget,
+        visibility=args.visibility,
+        env_kwargs=args.env_kwargs or {},
+        seed=args.seed,
+        out_dir=args.out,
+        iterations=args.iterations,
+    )
+    if args.trainer == "trl":
+        return _train_trl(args, common, out)
+    return _train_rllib(args, common, out)
+
+
+def _eval_hint(args: argparse.Namespace, folder: Any) -> str:
+    import shlex
+
+    kwargs = f" --env-kwargs {shlex.quote(json.dumps(args.env_kwargs))}" if args.env_kwargs else ""
+    return (
+        f"budgetmix eval {args.env_id} --agent p=policy:{folder} --visibility {args.visibility}"
+        f"{kwargs} --tasks 10 --samples 4 --out RUN"
+    )
+
+
+def _train_rllib(args: argparse.Namespace, common: dict[str, Any], out: TextIO) -> int:
+    if args.trl_kwargs is not None:
+        raise UsageError("--trl-kwargs is for --trainer trl; --trainer rllib takes its own flags")
+    if missing_modules("ray", "torch"):
+        raise UsageError(f"--trainer rllib needs the rllib extra: {pip_extra('rllib')}")
+    defaults = {**_RLLIB_ONLY, **{k: default for k, (default, _) in _SHARED.items()}}
+    opts = {k: v if getattr(args, k) is None else getattr(args, k) for k, v in defaults.items()}
+    batch_size = opts.pop("batch_size")  # the rest are train()'s keyword arguments by name
+    bar: Any = None
+
+    def progress(it: int, total: int, row: dict[str, float]) -> None:
+        nonlocal bar
+        if args.quiet:
+            return
+        if bar is None:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, initial=it - 1, desc="train", unit="it", file=sys.stderr)
+        bar.update(1)
+        bar.set_postfix(win=f"{row.get('win_rate', float('nan')):.2f}")
+
+    warm_bars = StageBars(
+        enabled=not args.quiet, label="warm start: {}", units={"collect": "ep"}, unit="epoch"
+    )
+    from budget_envs.integrations.rllib_train import train
+
+    try:
+        result = train(
+            args.env_id,
+            **common,
+            progress=progress,
+            train_batch_size=batch_size,
+            minibatch_size=min(128, batch_size),
+            resume=args.resume,
+            warm_start_progress=warm_bars,
+            **opts,
+        )
+    except (FileExistsError, FileNotFoundError, ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        warm_bars.close()
+        if bar is not None:
+            bar.close()
+    rows = result.get("rows") or []
+    last = rows[-1] if rows else {}
+    print(
+        f"{result.get('iterations', len(rows))} iterations in {result.get('wall_s', 0):.0f} s; "
+        f"last win rate {last.get('win_rate', float('nan')):.3f}, return "
+        f"{last.get('return_mean', float('nan')):.3f}. Policy in {result['out_dir']} "
+        f"(metrics.csv{', curve.png' if result.get('curve') else ''}).\n"
+        f"Next: {_eval_hint(args, result['out_dir'])}",
+        file=out,
+    )
+    return 0
+
+
+class _GRPOBar:
+    """The ``progress(logs)`` hook of the TRL trainer: a tqdm bar over the GRPO steps."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total = total
+        self.enabled = enabled
+        self.bar: Any = None
+
+    def __call__(self, logs: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.total, desc="GRPO", unit="step", file=sys.stderr)
+        step = int(logs.get("step") or 0)
+        if step > self.bar.n:
+            self.bar.update(step - self.bar.n)
+        if "reward" in logs:
+            self.bar.set_postfix(reward=f"{float(logs['reward']):.2f}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _train_trl(args: argparse.Namespace, common: dict[str, Any], out: TextIO) -> int:
+    import inspect
+
+    given = [k for k in _RLLIB_ONLY if getattr(args, k) is not None]
+    given += ["resume"] if args.resume else []
+    if given:
+        flags = ", ".join(_flag(k) for k in given)
+        raise UsageError(
+            f"{flags}: RLlib option(s) that --trainer trl does not take (its settings go in "
+            "--trl-kwargs JSON; see budgetmix train --help)"
+        )
+    if missing_modules("trl"):
+        raise UsageError(f"--trainer trl needs the trl extra: {pip_extra('trl')}")
+    trl_mod = importlib.import_module("budget_envs.integrations.trl")
+    fn = getattr(trl_mod, "train", None)
+    if not callable(fn):
+        raise UsageError(
+            "--trainer trl: this install's budget_envs.integrations.trl has no train() yet"
+        )
+    from budget_envs.integrations.trl_train import POLICY_FILE
+    from budget_envs.integrations.trl_train import train as trl_train
+
+    options = {
+        name: getattr(args, dest)
+        for dest, (_, name) in _SHARED.items()
+        if getattr(args, dest) is not None
+    }
+    extra = dict(args.trl_kwargs or {})
+    accepted = set(inspect.signature(trl_train).parameters) - set(common) - {"env_id", "progress"}
+    by_flag = {name: dest for dest, (_, name) in _SHARED.items()}
+    for key in extra:
+        if key in by_flag:
+            raise UsageError(f"--trl-kwargs: give {key!r} as {_flag(by_flag[key])}")
+        if key in common or key in ("env_id", "progress"):
+            raise UsageError(f"--trl-kwargs: {key!r} is set by the command's own flags")
+        if key not in accepted:
+            raise UsageError(
+                f"--trl-kwargs: unknown key {key!r}; expected some of {sorted(accepted)}"
+            )
+    options.update(extra)
+    if (Path(args.out) / POLICY_FILE).exists():
+        raise UsageError(
+            f"{args.out} already holds a policy ({POLICY_FILE}); choose another --out "
+            "(--trainer trl does not resume)"
+        )
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one bar: the GRPO steps (not each model save)
+    bar = _GRPOBar(args.iterations, enabled=not args.quiet)
+    try:
+        with warnings.catch_warnings():
+            # transformers 5 deprecation notices about TRL's own calls: nothing to act on here
+            warnings.simplefilter("ignore", FutureWarning)
+            result = fn(args.env_id, **common, progress=bar, **options)
+    except (FileExistsError, FileNotFoundError, ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        bar.close()
+    history = result.get("log_history") or []
+    steps = max((int(h.get("step", 0)) for h in history), default=0)
+    rewards = result.get("reward") or []
+    reward = f"{rewards[-1]:.3f}" if rewards else "-"
+    stops = result.get("stop_reasons") or {}
+    stop_text = ", ".join(f"{k} {v}" for k, v in sorted(stops.items(), key=lambda kv: -kv[1]))
+    folder = result["model_dir"]
+    warm = result.get("warm_start_dir")
+    print(
+        f"{steps} GRPO steps in {result.get('wall_time', 0):.0f} s; mean env reward of the last "
+        f"step {reward}; episodes by stop reason: {stop_text or 'none'}.\n"
+        f"Policy in {folder} (a Hugging Face model folder with {POLICY_FILE}"
+        f"{f'; the warm start in {warm}' if warm else ''}).\n"
+        f"Next: {_eval_hint(args, folder)}",
+        file=out,
+    )
+    return 0
