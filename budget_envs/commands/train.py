@@ -4,7 +4,6 @@ NAME=policy:DIR`` plays; the flags of one trainer are a usage error with the oth
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 import warnings
@@ -174,7 +173,8 @@ def _train_trl(args: argparse.Namespace, common: dict[str, Any], out: TextIO) ->
         )
     if missing_modules("trl"):
         raise UsageError(f"--trainer trl needs the trl extra: {pip_extra('trl')}")
-    trl_mod = importlib.import_module("budget_envs.integrations.trl")
+    from budget_envs.integrations import trl as trl_mod
+
     fn = getattr(trl_mod, "train", None)
     if not callable(fn):
         raise UsageError(
