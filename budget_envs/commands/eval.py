@@ -114,7 +114,13 @@ def parse_agents(
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     import gymnasium as gym
 
-    from budget_envs.errors import PreflightError, RecordsWriteError
+    from budget_envs.errors import (
+        OutDirError,
+        PlanMismatch,
+        PreflightError,
+        RecordsWriteError,
+        RunInUse,
+    )
     from budget_envs.eval.runner import EvalPlan, load_records, run_plan
     from budget_envs.eval.runner.ray_backend import RayUnavailable
 
@@ -159,6 +165,9 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             on_record=progress.record,
         )
     except FileExistsError as exc:
+        raise UsageError(str(exc)) from None
+    # another writer holds the folder, --resume with another plan, a folder it cannot write
+    except (RunInUse, PlanMismatch, OutDirError) as exc:
         raise UsageError(str(exc)) from None
     except RayUnavailable as exc:
         raise UsageError(str(exc)) from None

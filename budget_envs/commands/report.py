@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from budget_envs.commands.common import print_few_tasks_warning
+from budget_envs.errors import OutDirError, UsageError
 
 __all__ = ["cmd_compare", "cmd_report"]
 
@@ -38,6 +39,8 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     except gym.error.DependencyNotInstalled as exc:
         print(f"budgetmix report: {exc}; or pass --no-figures for the tables only", file=sys.stderr)
         return 2
+    except OutDirError as exc:  # read-only, not a directory, a full disk: one line
+        raise UsageError(str(exc)) from None
     print(result.text, file=out)
     print_few_tasks_warning(records)
     print(
@@ -69,8 +72,16 @@ def cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
             seed=args.seed,
             figures=not args.no_figures,
         )
-    except (ValueError, gym.error.DependencyNotInstalled) as exc:
-        print(f"budgetmix compare: {exc}", file=sys.stderr)
+    except (ValueError, OutDirError, gym.error.DependencyNotInstalled) as exc:
+        print(f"budgetmix compare: {exc}", file=sys.stderr)  # UnknownAgent is a ValueError
+        return 2
+    if not results:
+        print(
+            f"budgetmix compare: nothing to compare: no env holds A's "
+            f"{args.agent_a or 'agent'} and B's {args.agent_b or 'agent'} with usable episodes "
+            "on shared tasks and budgets",
+            file=sys.stderr,
+        )
         return 2
     for c in results:
         print(c.text, file=out)
