@@ -7,6 +7,7 @@ continues only the plan the folder was started with
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from budget_envs.errors import OutDirError
 from budget_envs.eval.outdir import ensure_dir, out_dir_error
 from budget_envs.eval.runner.async_driver import preflight_agents
 from budget_envs.eval.runner.folder import RunLock, check_resume, plan_config, write_config
@@ -97,14 +99,18 @@ def run_plan(
     records_path = run_dir / RECORDS_FILE
     if run_dir.exists() and not run_dir.is_dir():
         ensure_dir(run_dir, "use as a run folder")  # raises OutDirError: a file is in the way
-    _refuse_overwrite(records_path, resume)
+    if not resume and _holds_records(records_path):
+        # A live writer is the news (RunInUse with its pid), else the records are.
+        with contextlib.suppress(OutDirError), RunLock(run_dir):
+            pass
+        _refuse_overwrite(records_path)
     if ray is not None:
         connect(ray)  # fail before anything is written when the cluster is unreachable
     preflight_agents(plan.agents)  # likewise for a dead or wrong LLM endpoint (PreflightError)
     ensure_dir(run_dir, "create the run folder")
     with RunLock(run_dir):
-        # Checked again under the lock: another writer may have finished in the meantime.
-        _refuse_overwrite(records_path, resume)
+        if not resume and _holds_records(records_path):  # a writer finished in the meantime
+            _refuse_overwrite(records_path)
         scan = _recorded(records_path) if resume else None
         records = scan.records if scan is not None else []
         done_keys = {r["key"] for r in records if not r.get("error")}
@@ -172,13 +178,16 @@ def _writer(records_path: Path) -> RecordsWriter:
         raise out_dir_error("write", records_path, exc) from None
 
 
-def _refuse_overwrite(records_path: Path, resume: bool) -> None:
+def _holds_records(records_path: Path) -> bool:
+    return records_path.exists() and records_path.stat().st_size > 0
+
+
+def _refuse_overwrite(records_path: Path) -> None:
     """A folder with records takes only ``resume=True`` (no silent overwrite or mixing)."""
-    if not resume and records_path.exists() and records_path.stat().st_size > 0:
-        raise FileExistsError(
-            f"{records_path} already holds records; pass resume=True (--resume) to continue "
-            "that run, or choose a new run directory"
-        )
+    raise FileExistsError(
+        f"{records_path} already holds records; pass resume=True (--resume) to continue "
+        "that run, or choose a new run directory"
+    )
 
 
 def _stream(
