@@ -24,10 +24,13 @@ def _error_frame(message: str, code: str) -> str:
 class Guard:
     """ASGI middleware: idle WebSocket sessions are closed; oversized input is refused.
 
-    A WebSocket that sends nothing for ``idle_timeout`` seconds gets an error frame and is
-    closed (code 4000); the app sees a disconnect, so OpenEnv destroys the session and its env.
-    A message over ``max_bytes`` gets an error frame and is dropped; the session goes on. An
-    HTTP body over ``max_bytes`` (by Content-Length) gets 413.
+    A WebSocket that sends no message for ``idle_timeout`` seconds gets an error frame and is
+    closed (code 4000); the app sees a disconnect, so the session and its env end. Any message
+    (a state query, a malformed one) keeps the session alive. A message over ``max_bytes`` gets
+    an error frame and is dropped; the session goes on. An HTTP body is read here, counting its
+    bytes as they arrive (a chunked body has no Content-Length to trust): one over
+    ``max_bytes`` gets 413 as soon as it passes the limit, and the rest is never read; the app
+    gets the body read, so no request holds more than ``max_bytes`` of it.
     """
 
     def __init__(
@@ -44,11 +47,7 @@ class Guard:
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            for name, value in scope.get("headers", ()):
-                if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                    await self._too_large(send, int(value))
-                    return
-            await self.app(scope, receive, send)
+            await self._http(scope, receive, send)
             return
         if scope["type"] != "websocket":
             await self.app(scope, receive, send)
@@ -146,18 +145,60 @@ class Guard:
             if state["timer"] is not None:
                 state["timer"].cancel()
 
-    async def _too_large(self, send: Any, size: int) -> None:
+    async def _http(self, scope: dict, receive: Any, send: Any) -> None:
+        limit = self.max_bytes
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                await self._too_large(send, f"request body of {int(value)} bytes")
+                return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await self._too_large(
+                    send, f"request body of more than {limit} bytes (read so far: {size})"
+                )
+                return
+            if chunk:
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        del chunks
+        delivered = False
+
+        async def replay() -> dict:
+            nonlocal delivered, body
+            if not delivered:
+                delivered = True
+                out, body = body, b""
+                return {"type": "http.request", "body": out, "more_body": False}
+            return await receive()  # after the body: the disconnect, when it comes
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, send: Any, what: str) -> None:
         body = json.dumps(
-            {"detail": f"request body of {size} bytes is over the limit of {self.max_bytes}"}
+            {"detail": f"{what} is over the limit of {self.max_bytes}", "code": "TOO_LARGE"}
         ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 413,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        # the rest of the body is never read: the connection cannot be reused
+                        (b"connection", b"close"),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+        except Exception:  # the client went away meanwhile
+            pass
