@@ -268,8 +268,9 @@ def check_resume(
             f"{name}: {_short(old)} recorded, {_short(new)} given" for name, old, new in diffs
         )
         raise PlanMismatch(
-            f"cannot resume {run_dir} with another plan ({len(diffs)} field"
-            f"{'s' if len(diffs) != 1 else ''} differ from its {config_path.name}: {listed}); "
+            f"cannot resume {run_dir} with another plan ({len(diffs)} "
+            f"{'field differs' if len(diffs) == 1 else 'fields differ'} from its "
+            f"{config_path.name}: {listed}); "
             "resume with the run's own options, or choose a new folder for the new plan",
             differences=diffs,
         )
