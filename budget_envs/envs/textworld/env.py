@@ -4,29 +4,24 @@ Every task is a game generated from a seed by TextWorld's own generator (see :mo
 or a user's ``.z8`` made with ``tw-make``. The adapter cleans the interpreter's text, keeps
 game-system commands (save, script, quit, restart, undo, debug verbs) away from the interpreter,
 remembers the end of an episode, and adds an exact oracle where the game is small enough.
+
+Each concern has its own module: the task list (:mod:`.tasks`), starting the interpreter
+(:mod:`.interpreter`), its text (:mod:`.text`), the fault hooks (:mod:`.faults`) and native
+snapshots (:mod:`.snapshot`). ``INTERPRETER_SEED``, ``MAX_COMMAND_BYTES``, ``clean_text``,
+``clean_intro`` and ``meta_verb`` are still importable from here (``import x as x``).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
-import shlex
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
-from budget_envs._util import (
-    check_int,
-    check_levels,
-    check_seeds,
-    check_split,
-    split_seed,
-)
+from budget_envs._util import check_split
 from budget_envs.core import UNREACHABLE, TextAgentEnv
 from budget_envs.envs.textworld import generate as gen
 from budget_envs.envs.textworld import interpreter
@@ -34,6 +29,7 @@ from budget_envs.envs.textworld.faults import FaultHooks
 from budget_envs.envs.textworld.interpreter import INTERPRETER_SEED as INTERPRETER_SEED
 from budget_envs.envs.textworld.oracle import LIVE, QuestRules, StateGraph
 from budget_envs.envs.textworld.snapshot import NativeSnapshots
+from budget_envs.envs.textworld.tasks import TaskList
 from budget_envs.envs.textworld.text import MAX_COMMAND_BYTES as MAX_COMMAND_BYTES
 from budget_envs.envs.textworld.text import check_command, clean_intro, clean_text
 from budget_envs.envs.textworld.text import meta_verb as meta_verb
@@ -52,7 +48,7 @@ logger = logging.getLogger(__name__)
 _warned_lazy_generation = False
 
 
-class TextWorldEnv(FaultHooks, NativeSnapshots, TextAgentEnv):
+class TextWorldEnv(FaultHooks, NativeSnapshots, TaskList, TextAgentEnv):
     """A generated TextWorld game per task, played through ``textworld.start``.
 
     Args:
@@ -168,99 +164,7 @@ class TextWorldEnv(FaultHooks, NativeSnapshots, TextAgentEnv):
         self.blocked: frozenset[str] = frozenset()
         self._told: frozenset[str] = frozenset()
 
-    # ------------------------------------------------------------------ tasks
-    @staticmethod
-    def _seed_list(tasks_per_level: Any, seeds: Any) -> tuple[int, ...]:
-        if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
-            warnings.warn(
-                "seeds=<count> is deprecated; use tasks_per_level= (seeds= takes a list of seeds)",
-                DeprecationWarning,
-                stacklevel=3,
-            )
-            if tasks_per_level is not None:
-                raise ValueError(
-                    f"pass tasks_per_level= or seeds=, not both (seeds={seeds!r}, "
-                    f"tasks_per_level={tasks_per_level!r})"
-                )
-            tasks_per_level, seeds = seeds, None
-        if seeds is not None:
-            if tasks_per_level is not None:
-                raise ValueError(
-                    f"pass tasks_per_level= or seeds=, not both (seeds={seeds!r}, "
-                    f"tasks_per_level={tasks_per_level!r})"
-                )
-            return check_seeds("seeds", seeds)
-        count = 10 if tasks_per_level is None else tasks_per_level
-        return tuple(range(check_int("tasks_per_level", count, lo=1)))
-
-    def _generated_tasks(self, level: Any, seed_list: tuple[int, ...]) -> list[str]:
-        valid = gen.valid_levels(self.family)
-        levels = (
-            gen.family_levels(self.family)
-            if level is None
-            else check_levels(level, tuple(valid), name="level")
-        )
-        for lv in levels:
-            gen.level_settings(self.family, lv)  # raises ValueError on a bad level
-        ids = []
-        prefix = "" if self.split == "train" else f"{self.split}/"
-        for lv in levels:
-            for s in seed_list:
-                s = split_seed(s, self.split)
-                spec = gen.GameSpec(self.family, lv, s)
-                task = f"{prefix}{self.family}-L{lv}-s{s}"
-                if task in self._specs:
-                    raise ValueError(f"duplicate task {task!r} from level={level!r}")
-                self._specs[task] = spec
-                ids.append(task)
-        return ids
-
-    def _file_tasks(self, game_files: Any) -> list[str]:
-        if isinstance(game_files, (str, os.PathLike)) or not isinstance(game_files, (list, tuple)):
-            raise TypeError(f"game_files must be a list of paths, got {game_files!r}")
-        if not game_files:
-            raise ValueError("game_files must name at least one .z8 file, got []")
-        ids = []
-        for i, item in enumerate(game_files):
-            path = Path(item).expanduser().resolve()
-            if path.suffix != ".z8":
-                raise ValueError(f"game_files entries must be .z8 files, got {str(item)!r}")
-            if not path.is_file():
-                raise FileNotFoundError(f"game file not found: {str(item)!r}")
-            if not path.with_suffix(".json").is_file():
-                raise FileNotFoundError(
-                    f"{str(item)!r} has no {path.with_suffix('.json').name} beside it "
-                    "(tw-make writes one; it holds the game logic)"
-                )
-            task = f"file{i}-{path.stem}"
-            self._files[task] = path
-            ids.append(task)
-        return ids
-
-    @property
-    def task_ids(self) -> Sequence[str]:
-        return self._ids
-
-    def task_identity(self, task_id: str) -> tuple:
-        """A digest of the game's world, entities, quests and objective (its ``.json`` without
-        the generator's metadata), generating the game first if it is not cached."""
-        if task_id not in self._specs and task_id not in self._files:
-            raise ValueError(f"unknown task {task_id!r}; e.g. {list(self._ids[:3])!r}")
-        data = json.loads(self.game_path(task_id).with_suffix(".json").read_text())
-        blob = json.dumps(
-            {k: data.get(k) for k in ("world", "infos", "quests", "objective")}, sort_keys=True
-        )
-        return ("textworld", hashlib.sha256(blob.encode()).hexdigest())
-
-    def task_level(self, task_id: str) -> int | None:
-        """The level of a generated ``task_id`` (None for a game file), the stratum of
-        ``budgetmix eval --tasks N``."""
-        if task_id in self._files:
-            return None
-        if task_id not in self._specs:
-            raise ValueError(f"unknown task {task_id!r}; e.g. {list(self._ids[:3])!r}")
-        return self._specs[task_id].level
-
+    # ------------------------------------------------------------------ making the games
     def game_path(self, task_id: str) -> Path:
         """The ``.z8`` of ``task_id``, generating it first if it is not cached yet."""
         if task_id in self._files:
@@ -269,26 +173,6 @@ class TextWorldEnv(FaultHooks, NativeSnapshots, TextAgentEnv):
         if not _warned_lazy_generation and not gen.is_cached(spec, self.cache_dir):
             self._warn_lazy_generation(task_id)
         return gen.ensure_game(spec, self.cache_dir, self.generation_timeout)
-
-    def _grid(self) -> tuple[list[int], list[int]]:
-        """The levels and (split-derived) seeds whose product is this env's generated tasks."""
-        levels = list(dict.fromkeys(spec.level for spec in self._specs.values()))
-        seeds = list(dict.fromkeys(spec.seed for spec in self._specs.values()))
-        return levels, seeds
-
-    def _prepare_command(self) -> str | None:
-        """The ``budgetmix prepare`` command that makes this env's games, if there is one (the
-        CLI takes a count of seeds ``0..n-1``, not an explicit list or a held-out split)."""
-        levels, seeds = self._grid()
-        if self.split != "train" or seeds != list(range(len(seeds))):
-            return None
-        command = (
-            f"budgetmix prepare textworld --family {self.family} "
-            f"--levels {' '.join(map(str, levels))} --tasks-per-level {len(seeds)}"
-        )
-        if self.cache_dir is not None:
-            command += f" --cache-dir {shlex.quote(os.fspath(self.cache_dir))}"
-        return command
 
     def _warn_lazy_generation(self, task_id: str) -> None:
         """Say once per process why a reset is slow and how to generate the games beforehand."""
