@@ -11,6 +11,11 @@ that must behave the same in every family:
 * bounded observations that always stay inside the observation space;
 * the ``info`` keys of :data:`budget_envs.info.CORE_KEYS`;
 * ``snapshot()`` / ``restore()`` by deterministic prefix replay unless the family has a native one;
+  ``restore()`` of a snapshot from another env class, scope (``_snapshot_scope()``: a world
+  seed...) or of a task this env lacks raises ``SnapshotMismatch`` and changes nothing;
+* after ``close()``, ``step``, ``reset``, the oracle, ``snapshot`` and ``restore`` raise
+  ``EnvClosed`` (a ``gymnasium.error.ClosedEnvironmentError``) in every family: a closed env
+  does not reopen; ``close()`` again does nothing;
 * one turn pipeline: every turn, faulty or not, is one ``step`` call. A fault is *armed* first
   (:meth:`TextAgentEnv.arm_fault`, which :class:`budget_envs.wrappers.ErrorInjection` reaches with
   ``get_wrapper_attr``); ``step`` then applies it (the generic kinds here, a family's kinds
@@ -34,7 +39,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import error
 
-from budget_envs.errors import ActionRejected, UnknownFaultKind
+from budget_envs.errors import ActionRejected, EnvClosed, SnapshotMismatch, UnknownFaultKind
 from budget_envs.spaces import MAX_TEXT_LENGTH, PRINTABLE, AgentText, text_space
 
 __all__ = [
@@ -169,6 +174,8 @@ class Snapshot:
     ``payload`` is the family's native state when it has one; otherwise it is ``None`` and the
     episode is rebuilt by replaying ``trace`` (every state-changing event since reset) from the
     reset RNG state ``reset_rng``.
+    ``env`` (module.class of the env that took it) and ``scope`` (its ``_snapshot_scope()``) say
+    where it restores; older pickles load with ``env=None`` and only their task is checked.
     """
 
     task_id: str
@@ -179,6 +186,12 @@ class Snapshot:
     done: bool = False
     turn: int = 0
     payload: Any = field(default=None, compare=False)
+    env: str | None = None
+    scope: tuple = ()
+
+
+def _show_scope(scope: tuple) -> str:
+    return f" ({', '.join(f'{k}={v!r}' for k, v in scope)})" if scope else ""
 
 
 def _rng_from_state(state: dict) -> np.random.Generator:
@@ -290,6 +303,8 @@ class TextAgentEnv(gym.Env[str, str]):
         #: True while :meth:`restore` replays the trace (a fault hook that rolls its own turn
         #: back, such as a silent no-op, then has nothing to do).
         self.replaying = False
+        #: Set by :meth:`close`; every later call but ``close`` raises :class:`EnvClosed`.
+        self._closed = False
 
     # ------------------------------------------------------------------ hooks for families
     @property
@@ -320,6 +335,11 @@ class TextAgentEnv(gym.Env[str, str]):
     def _extra_info(self) -> dict[str, Any]:
         """Family-specific ``info`` keys (each documented in :mod:`budget_envs.info`)."""
         return {}
+
+    def _snapshot_scope(self) -> tuple:
+        """``(name, value)`` pairs that must match, besides the class, for a snapshot's task id to
+        mean the same task here (e.g. ``(("world_seed", 0),)``); ``()``: the id alone decides."""
+        return ()
 
     def _pick_task(self, rng: np.random.Generator) -> str:
         """The task an unconfigured reset plays; by default uniform over ``task_ids``."""
@@ -423,6 +443,7 @@ class TextAgentEnv(gym.Env[str, str]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         """Start a task: ``options["task_id"]`` (index or id) picks it, otherwise the seed does."""
+        self._require_open()
         super().reset(seed=seed)
         self._armed = None
         task_id = self._resolve_task(options)
@@ -484,6 +505,12 @@ class TextAgentEnv(gym.Env[str, str]):
             else:
                 return obs, float(reward), False
         return problem, 0.0, True
+
+    def close(self) -> None:
+        """Release what the env holds; later calls raise :class:`EnvClosed` (no reopening), a
+        second ``close()`` does nothing. A family's ``close`` calls ``super().close()``."""
+        self._closed = True
+        super().close()
 
     def render(self) -> str | None:
         """``ansi``: the last observation."""
@@ -627,7 +654,12 @@ class TextAgentEnv(gym.Env[str, str]):
         self.lost = False
         self._last_obs = self._finish_obs(self._load(task_id))
 
+    def _require_open(self) -> None:
+        if self._closed:
+            raise EnvClosed(f"this {type(self).__name__} was closed; make a new env")
+
     def _require_reset(self) -> None:
+        self._require_open()
         if self._task_id is None:
             raise error.ResetNeeded("Call reset() before step() or the oracle and fault hooks.")
 
@@ -637,6 +669,8 @@ class TextAgentEnv(gym.Env[str, str]):
         self._require_reset()
         payload = self._snapshot_state() if self.native_snapshot else None
         return Snapshot(
+            env=self._env_name(),
+            scope=tuple(self._snapshot_scope()),
             task_id=self._task_id,
             observation=self._last_obs,
             trace=tuple(self._trace),
@@ -652,12 +686,16 @@ class TextAgentEnv(gym.Env[str, str]):
 
         Without a native snapshot the task is reloaded from the reset RNG state and every event
         of the trace is replayed; the envs are deterministic, so this equals the original.
+        :class:`SnapshotMismatch` (nothing changed): ``snap`` is of another env class or scope,
+        or of a task this env lacks. :class:`EnvClosed`: after ``close()``.
         """
+        self._require_open()
         if not isinstance(snap, Snapshot):
             raise TypeError(f"restore() expects a Snapshot, got {type(snap).__name__}")
+        self._check_snapshot(snap)
         if snap.payload is not None:
-            self._task_id = snap.task_id
             self._restore_state(snap.payload)
+            self._task_id = snap.task_id
         else:
             if snap.reset_rng is not None:
                 self.np_random.bit_generator.state = copy.deepcopy(snap.reset_rng)
@@ -681,6 +719,29 @@ class TextAgentEnv(gym.Env[str, str]):
         if snap.rng is not None:
             self.np_random.bit_generator.state = copy.deepcopy(snap.rng)
         return snap.observation
+
+    def _env_name(self) -> str:
+        cls = type(self)
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+    def _check_snapshot(self, snap: Snapshot) -> None:
+        """Raise :class:`SnapshotMismatch` unless ``snap`` can be restored here (no change)."""
+        mine, scope = self._env_name(), tuple(self._snapshot_scope())
+        if snap.env is not None and snap.env != mine:
+            why = "another env class"
+        elif snap.env is not None and tuple(snap.scope) != scope:
+            why = "other settings (its task id names another task here)"
+        elif snap.payload is not None and not self.native_snapshot:
+            why = "a native state, and this env restores by replay only"
+        elif not isinstance(snap.task_id, str) or snap.task_id not in self._task_index():
+            why = f"a task this env does not have (it has e.g. {list(self.task_ids[:3])!r})"
+        else:
+            return
+        raise SnapshotMismatch(
+            f"restore(): the snapshot is of task {snap.task_id!r} in "
+            f"{snap.env or 'an env of unrecorded class'}{_show_scope(snap.scope)}; this env is "
+            f"{mine}{_show_scope(scope)}: {why}. Nothing was changed."
+        )
 
     def _snapshot_state(self) -> Any:
         raise NotImplementedError

@@ -25,6 +25,7 @@ __all__ = [
     "BudgetEnvsError",
     "BudgetExhausted",
     "DerivationError",
+    "EnvClosed",
     "EpisodeOver",
     "ExpertError",
     "GameFileError",
@@ -37,6 +38,7 @@ __all__ = [
     "RecordsWriteError",
     "RunInUse",
     "ShopHTTPError",
+    "SnapshotMismatch",
     "TaskGenerationError",
     "ToolError",
     "TooManyActions",
@@ -72,6 +74,23 @@ class UnknownFaultKind(BudgetEnvsError, ValueError):
 
 class UnknownSplit(BudgetEnvsError, ValueError):
     """A ``split=`` the family does not have; the message names the splits it has."""
+
+
+# ---------------------------------------------------------------------- env lifecycle
+class EnvClosed(BudgetEnvsError, _gym_error.ClosedEnvironmentError):
+    """``step``, ``reset``, the oracle, ``snapshot`` or ``restore`` on an env after ``close()``.
+
+    The same in every family; make a new env instead (``close()`` itself may be called again).
+    ``except gymnasium.error.ClosedEnvironmentError`` catches it.
+    """
+
+
+class SnapshotMismatch(BudgetEnvsError, ValueError):
+    """``restore(snap)`` of a snapshot this env cannot play: taken in another family or env
+    configuration (another world or catalogue), or of a task this env does not have.
+
+    Raised before anything changes; the message names the snapshot's env and task and this env.
+    """
 
 
 # ---------------------------------------------------------------------- web shop
