@@ -329,6 +329,11 @@ class AlfWorldEnv(TextAgentEnv):
             return ("dataset", task_id.split("/", 1)[1])
         raise ValueError(f"unknown task {task_id!r}; e.g. {list(self.task_ids[:3])!r}")
 
+    def _snapshot_scope(self) -> tuple:
+        """Where the games come from: generated tasks or a real dataset (a task id names the
+        same game in every env of the same source)."""
+        return (("source", self.source),)
+
     def task_level(self, task_id: str) -> str | None:
         """The task type of a generated ``task_id`` (None for a dataset game), the stratum of
         ``budgetmix eval --tasks N``."""

@@ -206,6 +206,10 @@ class ToolUseEnv(TextAgentEnv):
         task = make_task(self.world, task_id)
         return (self.world.seed, task.level, task.emails, task.given_orders, task.ops)
 
+    def _snapshot_scope(self) -> tuple:
+        """The world (its seed): a task id names another task in another world."""
+        return (("world_seed", self.world_seed),)
+
     def task_level(self, task_id: str) -> int:
         """The difficulty level of ``task_id`` (the stratum of ``budgetmix eval --tasks N``)."""
         head = task_id.rpartition("/")[2].split("-", 1)[0] if isinstance(task_id, str) else ""
