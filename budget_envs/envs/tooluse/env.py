@@ -22,6 +22,7 @@ import numpy as np
 from budget_envs._util import UNSEEN_SPLIT, check_int, check_levels, check_split, split_seed
 from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.envs.tooluse import oracle as orc
+from budget_envs.envs.tooluse.lru import BLOCK_CACHE_SIZE, LRUCache
 from budget_envs.envs.tooluse.tasks import DECLINE_NOTE, LEVELS, Task, make_task
 from budget_envs.envs.tooluse.tools import (
     READ_TOOLS,
@@ -183,8 +184,9 @@ class ToolUseEnv(TextAgentEnv):
         #: :meth:`_shown_key` while :meth:`current_info` runs (else None).
         self._quick: tuple | None = None
         #: {(id, context, quoted texts): (call texts, amounts)}: the calls a shown id adds, a
-        #: pure function of the key in this env's world, so kept across episodes (bounded).
-        self._blocks: dict[tuple, tuple[tuple[str, ...], tuple[int, ...]]] = {}
+        #: pure function of the key in this env's world, so kept across episodes; at most
+        #: :data:`~budget_envs.envs.tooluse.lru.BLOCK_CACHE_SIZE` (least recently used go first).
+        self._blocks = LRUCache(BLOCK_CACHE_SIZE)
         self._score = 0.0
         # Permanent faults: tools that are down, read tools that answer from the start state.
         self._down: frozenset[str] = frozenset()
@@ -293,8 +295,6 @@ class ToolUseEnv(TextAgentEnv):
             self._candidates = (task, key, memo[2], quick)
             return list(memo[2])
         blocks = self._blocks
-        if len(blocks) > 200_000:
-            blocks.clear()
         quoted = tuple(q for q in _QUOTED.findall(task.ticket) if parse_money(q) is None)
         texts: list[str] = [call_json("list_promotions", {})]
         texts += [call_json("find_customer", {"email": e}) for e in _EMAIL.findall(task.ticket)]

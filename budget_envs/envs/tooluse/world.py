@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from budget_envs.envs.tooluse.lru import MEMO_SIZE, LRUCache
+
 __all__ = ["PAGE_SIZE", "TODAY", "RETURN_WINDOW", "World", "get_world"]
 
 #: Orders per ``list_orders`` page.
@@ -127,8 +129,9 @@ class World:
     image: bytes = b""
     template: sqlite3.Connection | None = None
     _order_reveals: dict[str, tuple[str, ...]] = field(default_factory=dict, repr=False)
-    #: Derived lookups the task generator memoizes (pure functions of the world).
-    memo: dict = field(default_factory=dict, repr=False)
+    #: Derived lookups the task generator memoizes (pure functions of the world), at most
+    #: :data:`~budget_envs.envs.tooluse.lru.MEMO_SIZE` of them (least recently used go first).
+    memo: LRUCache = field(default_factory=lambda: LRUCache(MEMO_SIZE), repr=False)
 
     def copy_into(self, conn: sqlite3.Connection) -> None:
         """Overwrite ``conn`` with the start state (a memcpy where ``deserialize`` exists)."""
