@@ -3,11 +3,16 @@ ToolUse caches, and a web shop whose sessions and threads other clients cannot t
 
 from __future__ import annotations
 
+import socket
+import threading
+
 from budget_envs.registry import registered_ids
 from contract_helpers import TOY_ID, make
 
 from budget_envs.envs.tooluse import ToolUseEnv
 from budget_envs.envs.tooluse.lru import BLOCK_CACHE_SIZE, MEMO_SIZE
+from budget_envs.envs.webshop import WebShopEnv
+from budget_envs.envs.webshop.server import ShopServer
 
 IDS = registered_ids()
 OTHER_IDS = [i for i in IDS if i != TOY_ID]
@@ -68,3 +73,62 @@ def test_tooluse_caches_stay_within_their_bounds_over_many_fresh_tasks(record_pr
     assert peak_memo == MEMO_SIZE and world.memo.evictions > 0
     assert peak_blocks == BLOCK_CACHE_SIZE and env._blocks.evictions > 0
     env.close()
+
+
+# ---------------------------------------------------------------------- web shop threads
+def _slow_connection(server):
+    """A connection that starts a request and never finishes it (a slowloris client)."""
+    sock = socket.create_connection((server.host, server.port), timeout=10)
+    sock.sendall(b"POST /api/sessions HTTP/1.1\r\nHost: shop\r\nContent-Length: 40\r\n\r\n{")
+    return sock
+
+
+def test_slow_connections_hold_no_threads_and_the_env_keeps_stepping():
+    baseline = threading.active_count()
+    server = ShopServer.start(seed=0, workers=8)
+    slow = []
+    try:
+        env = WebShopEnv(base_url=server.base_url, level=2)
+        env.reset(options={"task_id": 0})
+        serving = threading.active_count()
+        assert serving - baseline == server.threads == 9
+        peak = serving
+        for _ in range(300):
+            slow.append(_slow_connection(server))
+            peak = max(peak, threading.active_count())
+        while not env.done:  # every turn answered while 300 requests hang half-sent
+            obs, reward, terminated, truncated, info = env.step(env.oracle_actions()[0])
+            peak = max(peak, threading.active_count())
+            assert not info["invalid_action"]
+        assert env.won
+        assert server.connections >= 301  # the slow ones are open, and cost no thread
+        assert peak == serving
+        env.close()
+    finally:
+        for sock in slow:
+            sock.close()
+        server.stop()
+
+
+def test_connections_over_the_cap_wait_for_a_free_slot():
+    cap = 6
+    server = ShopServer.start(seed=0, workers=2, max_connections=cap)
+    held = []
+    try:
+        request = b"GET /api/info HTTP/1.1\r\nHost: shop\r\n\r\n"
+        for _ in range(cap):  # each answered once, then idle on keep-alive: every slot taken
+            sock = socket.create_connection((server.host, server.port), timeout=10)
+            sock.sendall(request)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+            held.append(sock)
+        late = socket.create_connection((server.host, server.port), timeout=10)
+        late.sendall(request)  # queued in the listen backlog, not accepted
+        assert server.connections == cap
+        held.pop().close()  # a slot frees: the late connection is accepted and answered
+        assert late.recv(65536).startswith(b"HTTP/1.1 200")
+        assert server.connections == cap
+        held.append(late)
+    finally:
+        for sock in held:
+            sock.close()
+        server.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import pytest
 from budget_envs.registry import registered_ids
 from contract_helpers import TOY_ID, make
 
+from budget_envs.errors import PlanMismatch
 from budget_envs.eval.agents import OracleAgent
 from budget_envs.eval.metrics import (
     DerivationError,
@@ -242,6 +244,38 @@ def test_existing_run_needs_resume(tmp_path):
         run_plan(plan, tmp_path / "r")
     again = run_plan(plan, tmp_path / "r", resume=True)
     assert again.ran == 0 and again.skipped == 4
+
+
+def test_resume_refuses_another_plan_and_keeps_the_config(tmp_path):
+    plan = EvalPlan(env_ids=[TOY_ID], agents={"o": "oracle"}, tasks=2, samples=2, budgets=[12])
+    run_plan(plan, tmp_path / "r")
+    config = (tmp_path / "r" / "config.json").read_bytes()
+    other = EvalPlan(env_ids=[TOY_ID], agents={"o": "random"}, tasks=2, samples=3, budgets=[12])
+    with pytest.raises(PlanMismatch) as info:
+        run_plan(other, tmp_path / "r", resume=True)
+    assert info.value.differences == [
+        ("agents", {"o": "oracle"}, {"o": "random"}),
+        ("samples", 2, 3),
+    ]
+    assert (tmp_path / "r" / "config.json").read_bytes() == config
+    assert len(load_records(tmp_path / "r")) == 4
+
+
+def test_torn_config_is_rewritten_when_every_record_is_a_job_of_the_plan(tmp_path):
+    # random fails the toy tasks at T=3, so prefix probes run too (their records count)
+    plan = EvalPlan(
+        env_ids=[TOY_ID], agents={"r": "random"}, tasks=2, samples=2, budgets=[3], prefix_turns=[1]
+    )
+    first = run_plan(plan, tmp_path / "r")
+    assert first.prefix_total > 0
+    config_path = tmp_path / "r" / "config.json"
+    config = config_path.read_bytes()
+    config_path.write_bytes(config[: len(config) // 2])
+    with pytest.raises(PlanMismatch, match="cannot be known"):
+        run_plan(dataclasses.replace(plan, seed=1), tmp_path / "r", resume=True)
+    again = run_plan(plan, tmp_path / "r", resume=True)
+    assert again.ran == 0 and again.skipped == first.total
+    assert config_path.read_bytes() == config
 
 
 _KILLED_RUN = textwrap.dedent(
