@@ -107,12 +107,12 @@ def missing_modules(*names: str) -> list[str]:
 
 
 def pip_extra(extra: str) -> str:
-    """The install line of a pip extra.
+    """The install line of a pip extra: budget-envs is on no package index, so from a clone.
 
     >>> pip_extra("rllib")
-    'pip install "budget-envs[rllib]"'
+    'pip install -e ".[rllib]" (in a clone of budget-envs)'
     """
-    return f'pip install "budget-envs[{extra}]"'
+    return f'pip install -e ".[{extra}]" (in a clone of budget-envs)'
 
 
 class Progress:

@@ -189,7 +189,7 @@ def _demo_pair(spec: Any, folder: Path, args: argparse.Namespace, out: TextIO) -
     if missing:
         print(
             f"SKIPPED the trained pair: training needs {' and '.join(missing)}: "
-            f"{pip_extra('rllib')} (or run the demo with --no-train)",
+            f"{pip_extra('rllib')}, or run the demo with --no-train",
             file=out,
         )
         return "skipped"
