@@ -6,13 +6,16 @@ from __future__ import annotations
 import socket
 import threading
 
+import requests
 from budget_envs.registry import registered_ids
 from contract_helpers import TOY_ID, make
 
 from budget_envs.envs.tooluse import ToolUseEnv
 from budget_envs.envs.tooluse.lru import BLOCK_CACHE_SIZE, MEMO_SIZE
 from budget_envs.envs.webshop import WebShopEnv
+from budget_envs.envs.webshop.app import WebShopApp
 from budget_envs.envs.webshop.server import ShopServer
+from budget_envs.envs.webshop.shop import get_shop
 
 IDS = registered_ids()
 OTHER_IDS = [i for i in IDS if i != TOY_ID]
@@ -73,6 +76,57 @@ def test_tooluse_caches_stay_within_their_bounds_over_many_fresh_tasks(record_pr
     assert peak_memo == MEMO_SIZE and world.memo.evictions > 0
     assert peak_blocks == BLOCK_CACHE_SIZE and env._blocks.evictions > 0
     env.close()
+
+
+# ---------------------------------------------------------------------- web shop sessions
+def _oracle_transcript(env, task_id, between=None):
+    obs, info = env.reset(options={"task_id": task_id})
+    lines = [obs]
+    while not env.done:
+        if between is not None:
+            between()
+        obs, reward, terminated, truncated, info = env.step(env.oracle_actions()[0])
+        lines += [obs, reward, info["invalid_action"]]
+    return lines
+
+
+def test_a_session_flood_from_another_client_does_not_stop_a_live_env():
+    cap = 20
+    server = ShopServer(WebShopApp(get_shop(0), max_sessions=cap), workers=4)
+    flood = requests.Session()
+    url = server.base_url
+
+    def flood_sessions():
+        for _ in range(cap + 5):
+            r = flood.post(f"{url}/api/sessions", json={"task_id": "L1-0000"}, timeout=10)
+            assert r.status_code == 201
+
+    try:
+        calm = WebShopEnv(base_url=url, level=3)
+        expected = _oracle_transcript(calm, "L3-0002")
+        calm.close()
+        env = WebShopEnv(base_url=url, level=3)
+        env.reset(options={"task_id": "L3-0002"})
+        first_sid = env._sid
+        flood_sessions()
+        gone = requests.get(f"{url}/api/sessions/{first_sid}", timeout=10)
+        assert gone.status_code == 404  # the flood pushed the env's session out
+        # Flooded before every turn, the env plays the same episode to the same win.
+        assert _oracle_transcript(env, "L3-0002", between=flood_sessions) == expected
+        assert env.won
+        # Snapshots, restores and permanent faults go through the same reopening.
+        env.reset(options={"task_id": "L3-0002"})
+        env.step(env.oracle_actions()[0])
+        snap = env.snapshot()
+        cost = env.cost_to_go()
+        flood_sessions()
+        assert env.restore(snap) == snap.observation and env.cost_to_go() == cost
+        flood_sessions()
+        snap_again = env.snapshot()
+        assert snap_again.payload["state"] == snap.payload["state"]
+        env.close()
+    finally:
+        server.stop()
 
 
 # ---------------------------------------------------------------------- web shop threads

@@ -3,6 +3,11 @@
 The env holds no catalogue: every reset, step, snapshot and restore is an HTTP request (one
 keep-alive ``requests.Session``) to the server at ``base_url``. Without ``base_url`` the env
 starts its own server on a free loopback port in a background thread and stops it on close.
+
+The env owns its episode, not the server: it keeps the session state of every answer, so when
+the server no longer has its session (other clients' sessions pushed it out of the server's
+session cap, or the server restarted) the env opens a new session from that state and sends
+the request again; the agent sees an ordinary turn.
 """
 
 from __future__ import annotations
@@ -232,6 +237,7 @@ class WebShopEnv(TextAgentEnv):
     def _start_server(self) -> None:
         from budget_envs.envs.webshop.server import ShopServer
 
+        self._require_open()  # a closed env never starts a server again
         self._server = ShopServer.start(
             self.catalogue_seed, self.num_products, host=self.host, unseen_types=self.unseen_types
         )
@@ -362,17 +368,55 @@ class WebShopEnv(TextAgentEnv):
         self._admissible_now = list(data["admissible"])
         self._view = data["view"]
 
+    def _in_session(
+        self, method: str, suffix: str = "", json: Any = None, ok: tuple[int, ...] = (200,)
+    ) -> Any:
+        """A request on the env's shop session. When the server answers that it has no such
+        session (evicted by other clients' sessions, or a restarted server), the session is
+        opened again from the env's last state and the request is sent once more."""
+        if self._sid is not None:
+            data = self._request(
+                method, f"/api/sessions/{self._sid}{suffix}", json=json, ok=(*ok, 404)
+            )
+            if not (isinstance(data, dict) and data.get("status") == 404):
+                return data
+            logger.info("the web shop server lost session %s; opening it again", self._sid)
+        self._reopen(self._state)
+        return self._request(method, f"/api/sessions/{self._sid}{suffix}", json=json, ok=ok)
+
+    def _reopen(self, state: dict[str, Any]) -> None:
+        """Open a new session on the server and set it to ``state`` (a session state)."""
+        if not state:
+            raise WebShopServerError("this env has no shop session yet: call reset() first")
+        self._sid = None
+        if self._http is None:
+            self._session()
+        else:  # the same catalogue as before (a restarted server may serve another one)
+            self._check_server()
+        data = self._request(
+            "POST", "/api/sessions", json={"task_id": state["task_id"], "scoring": self.scoring}
+        )
+        self._sid = data["sid"]
+        self._apply(self._request("PUT", f"/api/sessions/{self._sid}", json={"state": state}))
+
+    def _put_state(self, state: dict[str, Any]) -> None:
+        """Set the session to ``state``, opening a session when the env has none (yet)."""
+        if self._sid is None:
+            self._reopen(state)
+        else:
+            self._apply(self._in_session("PUT", json={"state": state}))
+
     def _step_request(self, action: str, fault: dict | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"action": action}
         if fault is not None:
             body["fault"] = fault
         ok = (200, 500, 503) if fault else (200,)
         try:
-            return self._request("POST", f"/api/sessions/{self._sid}/step", json=body, ok=ok)
+            return self._in_session("POST", "/step", json=body, ok=ok)
         except WebShopServerError:
             if not self._revive():
                 raise
-        return self._request("POST", f"/api/sessions/{self._sid}/step", json=body, ok=ok)
+        return self._in_session("POST", "/step", json=body, ok=ok)
 
     def _revive(self) -> bool:
         """Mid-episode, after the env's own server died: start a fresh one and put the episode's
@@ -388,12 +432,7 @@ class WebShopEnv(TextAgentEnv):
             self._task_id,
         )
         self.restart_server()
-        self._check_server()
-        data = self._request(
-            "POST", "/api/sessions", json={"task_id": self._task_id, "scoring": self.scoring}
-        )
-        self._sid = data["sid"]
-        self._apply(self._request("PUT", f"/api/sessions/{self._sid}", json={"state": self._state}))
+        self._reopen(self._state)
         return True
 
     def _after(self, data: dict[str, Any]) -> float:
@@ -551,7 +590,7 @@ class WebShopEnv(TextAgentEnv):
             state["results"] = [a for a in state["results"] if a != asin]
             pages = max(1, -(-len(state["results"]) // PAGE_SIZE))
             state["page_no"] = min(int(state["page_no"]), pages)
-        self._apply(self._request("PUT", f"/api/sessions/{self._sid}", json={"state": state}))
+        self._put_state(state)
         self._check_lost()
         if kind == "delisted":
             return FaultOutcome(self._view, "world", executed, reward, invalid)
@@ -560,7 +599,7 @@ class WebShopEnv(TextAgentEnv):
 
     # ---------------------------------------------------------------- snapshots
     def _snapshot_state(self) -> dict[str, Any]:
-        data = self._request("GET", f"/api/sessions/{self._sid}")
+        data = self._in_session("GET")
         return {
             "state": data["state"],
             "won": self.won,
@@ -568,6 +607,14 @@ class WebShopEnv(TextAgentEnv):
             "score": self._score,
             "purchase": self._purchase,
         }
+
+    def _snapshot_scope(self) -> tuple:
+        """The catalogue (its seed, the held-out types) and the scoring mode."""
+        return (
+            ("catalogue_seed", self.catalogue_seed),
+            ("unseen_types", self.unseen_types),
+            ("scoring", self.scoring),
+        )
 
     def task_identity(self, task_id: str) -> tuple:
         """The catalogue's seed and every goal item (product, attributes, options, price bound)."""
@@ -589,16 +636,12 @@ class WebShopEnv(TextAgentEnv):
         return (self.catalogue_seed, items, task.spending_limit)
 
     def _restore_state(self, payload: dict[str, Any]) -> None:
-        if self._sid is None:
-            raise WebShopServerError("restore() needs a session: call reset() first")
-        data = self._request("PUT", f"/api/sessions/{self._sid}", json={"state": payload["state"]})
-        task_id = data["state"]["task_id"]
+        task_id = payload["state"]["task_id"]
         task = self._tasks.get(task_id)
         if task is None:
             task = Task.from_dict(self._request("GET", f"/api/tasks/{task_id}"))
-            self._tasks[task_id] = task
-        self._task = task
-        self._apply(data)
+        self._put_state(payload["state"])  # a new session when the env has none yet
+        self._tasks[task_id] = self._task = task
         self.won, self.lost = bool(payload["won"]), bool(payload["lost"])
         self._score = float(payload["score"])
         self._purchase = payload["purchase"]
