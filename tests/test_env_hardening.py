@@ -3,19 +3,24 @@ ToolUse caches, and a web shop whose sessions and threads other clients cannot t
 
 from __future__ import annotations
 
+import pickle
 import socket
 import threading
 
+import pytest
 import requests
 from budget_envs.registry import registered_ids
 from contract_helpers import TOY_ID, make
+from toy_env import ToyEnv
 
+from budget_envs.core import Snapshot
 from budget_envs.envs.tooluse import ToolUseEnv
 from budget_envs.envs.tooluse.lru import BLOCK_CACHE_SIZE, MEMO_SIZE
 from budget_envs.envs.webshop import WebShopEnv
 from budget_envs.envs.webshop.app import WebShopApp
 from budget_envs.envs.webshop.server import ShopServer
 from budget_envs.envs.webshop.shop import get_shop
+from budget_envs.errors import SnapshotMismatch
 
 IDS = registered_ids()
 OTHER_IDS = [i for i in IDS if i != TOY_ID]
@@ -41,6 +46,102 @@ def _where(inner):
         inner.current_info()["state_hash"],
         inner.cost_to_go(),
     )
+
+
+# ---------------------------------------------------------------------- restore
+@pytest.mark.parametrize("env_id", OTHER_IDS, ids=OTHER_IDS)
+def test_a_snapshot_of_another_family_is_refused_both_ways_and_changes_nothing(env_id):
+    env = _played(env_id, budget=None)
+    toy = _played(TOY_ID, budget=None)
+    inner, toy_inner = env.unwrapped, toy.unwrapped
+    before, toy_before = _where(inner), _where(toy_inner)
+    for target, snap, other in (
+        (inner, toy_inner.snapshot(), toy_inner),
+        (toy_inner, inner.snapshot(), inner),
+    ):
+        with pytest.raises(SnapshotMismatch) as caught:
+            target.restore(snap)
+        message = str(caught.value)
+        assert type(target).__name__ in message and type(other).__name__ in message
+        assert repr(snap.task_id) in message
+    assert _where(inner) == before and _where(toy_inner) == toy_before
+    # both still play on from where they were
+    assert not env.step(inner.current_info()["candidate_actions"][0])[4]["invalid_action"]
+    env.close()
+    toy.close()
+
+
+def test_a_tooluse_snapshot_of_another_world_or_task_set_is_refused():
+    env = ToolUseEnv(level=1)
+    env.reset(seed=0)
+    env.step(env.oracle_actions()[0])
+    snap = env.snapshot()
+    for other, words in (
+        (ToolUseEnv(level=1, world_seed=1), ("world_seed=0", "world_seed=1")),
+        (ToolUseEnv(level=2), (repr(snap.task_id), "does not have")),
+    ):
+        other.reset(seed=3)
+        other.step(other.oracle_actions()[0])
+        before = _where(other)
+        with pytest.raises(SnapshotMismatch) as caught:
+            other.restore(snap)
+        assert all(w in str(caught.value) for w in words), str(caught.value)
+        assert _where(other) == before
+        other.close()
+    same = ToolUseEnv(level=[1, 2])  # another env with the task and the world: restores
+    assert same.restore(snap) == snap.observation and same.task_id == snap.task_id
+    assert same.cost_to_go() == env.cost_to_go()
+    env.close()
+    same.close()
+
+
+def test_a_web_shop_snapshot_of_another_scoring_or_task_set_is_refused():
+    server = ShopServer.start(seed=0, workers=4)
+    try:
+        env = WebShopEnv(base_url=server.base_url, level=2)
+        env.reset(seed=0)
+        env.step(env.oracle_actions()[0])
+        snap = env.snapshot()
+        for other, words in (
+            (WebShopEnv(base_url=server.base_url, level=2, scoring="webshop"), ("'webshop'",)),
+            (WebShopEnv(base_url=server.base_url, level=1), ("does not have",)),
+        ):
+            other.reset(seed=1)
+            before = _where(other)
+            with pytest.raises(SnapshotMismatch) as caught:
+                other.restore(snap)
+            assert all(w in str(caught.value) for w in words), str(caught.value)
+            assert _where(other) == before
+            other.close()
+        # a fresh env of the same settings that never reset restores it (opening a session)
+        fresh = WebShopEnv(base_url=server.base_url, level=[1, 2])
+        assert fresh.restore(snap) == snap.observation
+        assert fresh.cost_to_go() == env.cost_to_go()
+        fresh.close()
+        env.close()
+    finally:
+        server.stop()
+
+
+def test_snapshots_pickled_before_env_and_scope_existed_still_restore():
+    env = ToyEnv()
+    env.reset(seed=0)
+    env.step("look")
+    snap = env.snapshot()
+    # What an older Snapshot pickled: its fields without ``env`` and ``scope``.
+    old = object.__new__(Snapshot)
+    for name in ("task_id", "observation", "trace", "reset_rng", "rng", "done", "turn", "payload"):
+        object.__setattr__(old, name, getattr(snap, name))
+    blob = pickle.dumps(old)
+    assert b"scope" not in blob and b"toy_env" not in blob
+    loaded = pickle.loads(blob)
+    assert loaded.env is None and loaded.scope == ()
+    other = ToyEnv()
+    assert other.restore(loaded) == snap.observation
+    assert _where(other) == _where(env)
+    # an old snapshot of a task the env lacks is still refused
+    with pytest.raises(SnapshotMismatch, match="does not have"):
+        ToyEnv(n_tasks=1).restore(pickle.loads(blob.replace(b"toy-0", b"toy-9")))
 
 
 # ---------------------------------------------------------------------- ToolUse caches
