@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -24,6 +25,88 @@ def _tasks(env_id, split):
     return ids, identities
 
 
+# What a task *is*, read from the task itself with no seed and no id in it. ToolUse's and
+# WebShop's task identities lead with the split's world or catalogue seed, which differs by
+# construction, so comparing identities alone could never find two splits sharing a task.
+_HEX_ID = re.compile(r"\b(?:cus|ord|itm|pay|prd|cur)_[0-9a-f]{8}\b")
+
+
+def _tooluse_content(inner, task_id):
+    """The ticket's requests (ids replaced by what they name) and, per request, the customer
+    and the order it is about: name, email, city, day, status and the items' products."""
+    from budget_envs.envs.tooluse.tasks import make_task
+
+    world = inner.world
+    task = make_task(world, task_id)
+    lines = task.ticket.split("\n")
+    requests_text = tuple(_HEX_ID.sub("<id>", ln) for ln in lines if re.match(r"\d+\. ", ln))
+    orders = []
+    customers = set()
+    for op in task.ops:
+        order = world.orders[op.order_id]
+        who = world.customers[order.customer_id]
+        customers.add((who.name, who.email, who.city))
+        items = tuple(
+            (p.name, p.color, p.size, world.items[i].qty)
+            for i in order.items
+            for p in [world.products[world.items[i].product_id]]
+        )
+        orders.append((op.kind, order.day, order.status, order.method, items))
+    return {
+        "task": (requests_text, tuple(orders), tuple(sorted(customers))),
+        "customers": customers,
+        "products": set(),
+    }
+
+
+def _webshop_content(inner, task_id):
+    """The instruction and every goal product: its title, attributes, the options asked for
+    and the price bound."""
+    inner.task_identity(task_id)  # fetches the task from the server
+    task = inner._tasks[task_id]
+    goals = tuple(
+        (it.name, tuple(sorted(it.attributes)), tuple(sorted(it.goal_options.items())))
+        for it in task.items
+    )
+    return {
+        "task": (task.instruction, goals),
+        "customers": set(),
+        "products": {it.name for it in task.items},
+    }
+
+
+def _contents(env_id, split):
+    """Per task of ``split``: its content (above for ToolUse and WebShop; for the text games
+    the identity, which is already the game's content: its world, objects and goal)."""
+    env = make(env_id, budget=None, split=split, tasks_per_level=2)
+    inner = env.unwrapped
+    family = {"ToolUseEnv": _tooluse_content, "WebShopEnv": _webshop_content}.get(
+        type(inner).__name__
+    )
+    out = {}
+    for t in inner.task_ids:
+        if family is None:
+            out[t] = {"task": inner.task_identity(t), "customers": set(), "products": set()}
+        else:
+            out[t] = family(inner, t)
+    env.close()
+    return out
+
+
+def _shared_content(a, b):
+    """Tasks, customers and goal products that two splits' contents have in common."""
+    shared = {}
+    for part in ("task", "customers", "products"):
+        if part == "task":
+            left, right = {c["task"] for c in a.values()}, {c["task"] for c in b.values()}
+        else:
+            left = set().union(*(c[part] for c in a.values()))
+            right = set().union(*(c[part] for c in b.values()))
+        if left & right:
+            shared[part] = sorted(map(str, left & right))[:3]
+    return shared
+
+
 @pytest.mark.parametrize("env_id", IDS, ids=IDS)
 def test_splits_are_non_empty_and_disjoint_by_id_and_by_content(env_id):
     found = {split: _tasks(env_id, split) for split in SPLITS}
@@ -36,6 +119,24 @@ def test_splits_are_non_empty_and_disjoint_by_id_and_by_content(env_id):
             assert not set(found[a][0]) & set(found[b][0]), (a, b)
             shared = set(found[a][1]) & set(found[b][1])
             assert not shared, (a, b, [found[a][1][k] for k in shared])
+
+
+@pytest.mark.parametrize("env_id", IDS, ids=IDS)
+def test_splits_share_no_task_customer_or_goal_product_by_content(env_id):
+    contents = {split: _contents(env_id, split) for split in SPLITS}
+    for split, found in contents.items():
+        assert found, split
+        # Within a split the contents tell every task apart, and the comparison finds what a
+        # split shares with itself (it has teeth).
+        assert len({c["task"] for c in found.values()}) == len(found), split
+        assert "task" in _shared_content(found, found), split
+    if env_id == "BudgetMix/ToolUse-v0":
+        assert all(c["customers"] for found in contents.values() for c in found.values())
+    if env_id == "BudgetMix/WebShop-v0":
+        assert all(c["products"] for found in contents.values() for c in found.values())
+    for i, a in enumerate(SPLITS):
+        for b in SPLITS[i + 1 :]:
+            assert not _shared_content(contents[a], contents[b]), (a, b)
 
 
 @pytest.mark.parametrize("env_id", IDS, ids=IDS)
@@ -111,6 +212,10 @@ def test_test_unseen_is_non_empty_and_disjoint_from_every_split(env_id):
     for split in SPLITS:
         assert not set(ids) & set(found[split][0]), split
         assert not set(identities) & set(found[split][1]), split
+    contents = {split: _contents(env_id, split) for split in (*SPLITS, "test_unseen")}
+    assert len({c["task"] for c in contents["test_unseen"].values()}) == len(ids)
+    for split in SPLITS:
+        assert not _shared_content(contents["test_unseen"], contents[split]), split
 
 
 @pytest.mark.parametrize("env_id", [i for i in IDS if i not in UNSEEN_IDS])
