@@ -214,6 +214,95 @@ def test_polling_watch_alone_ends_an_orphaned_worker(tmp_path, start_method):
             os.kill(child, signal.SIGKILL)
 
 
+_WATCHED = textwrap.dedent(
+    """
+    import multiprocessing, os, sys, time
+    from budget_envs.eval.runner.local import watch_parent
+
+    def child(parent, use_prctl):
+        # The getppid() poll first looks after an hour: only the kernel's signal can act here.
+        watch_parent(parent, interval=3600, use_prctl=use_prctl)
+        print(os.getpid(), flush=True)  # the watch is in place
+        time.sleep(600)
+
+    if __name__ == "__main__":
+        context = multiprocessing.get_context(sys.argv[1])
+        proc = context.Process(target=child, args=(os.getpid(), sys.argv[2] == "1"))
+        proc.start()
+        time.sleep(600)
+    """
+)
+
+_SUBREAPER = textwrap.dedent(
+    """
+    import ctypes, json, os, signal, subprocess, sys, time
+
+    # Orphans are re-parented to this process (PR_SET_CHILD_SUBREAPER), so it can wait for the
+    # watched child once the child's parent is gone and read how the child ended.
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(36, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+    script, start_method, use_prctl = sys.argv[1:4]
+    parent = subprocess.Popen(
+        [sys.executable, script, start_method, use_prctl], stdout=subprocess.PIPE, text=True
+    )
+    child = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    # A parent-death signal is sent while the parent exits, before wait() returns.
+    out = {"alive_after_parent": os.waitpid(child, os.WNOHANG) == (0, 0)}
+    if use_prctl == "0":
+        os.kill(child, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while True:
+        pid, status = os.waitpid(child, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:  # never signalled: end it so the test can report
+            os.kill(child, signal.SIGKILL)
+            deadline = float("inf")
+        time.sleep(0.02)
+    out["signal"] = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+    out["exit"] = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+    print(json.dumps(out), flush=True)
+    """
+)
+
+
+def _orphan_end(tmp_path, start_method, use_prctl):
+    """How a worker watching its parent with the poll out of play ends once the parent is
+    killed: ``{"alive_after_parent", "signal", "exit"}``."""
+    script = tmp_path / "watched.py"
+    script.write_text(_WATCHED)
+    harness = tmp_path / "subreaper.py"
+    harness.write_text(_SUBREAPER)
+    run = subprocess.run(
+        [sys.executable, str(harness), str(script), start_method, "1" if use_prctl else "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@linux_only
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_the_kernel_parent_death_signal_alone_ends_an_orphaned_worker(tmp_path, start_method):
+    # PR_SET_PDEATHSIG on its own: the worker dies of the kernel's SIGTERM, not of the poll's
+    # exit status (ORPHAN_EXIT), which could not have run yet.
+    end = _orphan_end(tmp_path, start_method, use_prctl=True)
+    assert end["signal"] == signal.SIGTERM and end["exit"] is None, end
+
+
+@linux_only
+def test_without_the_death_signal_and_the_poll_an_orphan_lives_on(tmp_path):
+    # The control for the test above: the same worker without prctl outlives its parent, so
+    # the SIGTERM there came from PR_SET_PDEATHSIG.
+    end = _orphan_end(tmp_path, "fork", use_prctl=False)
+    assert end["alive_after_parent"] and end["signal"] == signal.SIGKILL, end
+
+
 # ---------------------------------------------------------------------- killed workers
 class _KillsItsWorker(OracleAgent):
     """Kills the process it runs in on task 1 while ``flag`` exists (once, if ``once``)."""
