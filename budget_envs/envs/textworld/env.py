@@ -265,6 +265,7 @@ class TextWorldEnv(FaultHooks, NativeSnapshots, TaskList, TextAgentEnv):
             self._tw.close()
             self._tw = None
             self._path = None
+        super().close()  # later calls raise EnvClosed, as in every family
 
     # ------------------------------------------------------------------ turns
     def _execute(self, action: str) -> tuple[str, float]:
