@@ -232,7 +232,7 @@ class TextWorldEnv(FaultHooks, NativeSnapshots, TaskList, TextAgentEnv):
         if self._tw is not None and self._path == path:
             return
         textworld = interpreter.import_textworld()
-        self.close()
+        self._close_game()
         self._tw = interpreter.start(textworld, path)
         self._path = path
         self._tracker = interpreter.layer(self._tw, "StateTracking")
@@ -260,11 +260,14 @@ class TextWorldEnv(FaultHooks, NativeSnapshots, TaskList, TextAgentEnv):
         self._state = state
         return clean_intro(state["feedback"], self._objective)
 
-    def close(self) -> None:
+    def _close_game(self) -> None:
         if self._tw is not None:
             self._tw.close()
             self._tw = None
             self._path = None
+
+    def close(self) -> None:
+        self._close_game()
         super().close()  # later calls raise EnvClosed, as in every family
 
     # ------------------------------------------------------------------ turns
