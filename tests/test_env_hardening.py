@@ -7,6 +7,7 @@ import pickle
 import socket
 import threading
 
+import gymnasium as gym
 import pytest
 import requests
 from budget_envs.registry import registered_ids
@@ -20,7 +21,7 @@ from budget_envs.envs.webshop import WebShopEnv
 from budget_envs.envs.webshop.app import WebShopApp
 from budget_envs.envs.webshop.server import ShopServer
 from budget_envs.envs.webshop.shop import get_shop
-from budget_envs.errors import SnapshotMismatch
+from budget_envs.errors import EnvClosed, SnapshotMismatch
 
 IDS = registered_ids()
 OTHER_IDS = [i for i in IDS if i != TOY_ID]
@@ -46,6 +47,38 @@ def _where(inner):
         inner.current_info()["state_hash"],
         inner.cost_to_go(),
     )
+
+
+# ---------------------------------------------------------------------- close
+@pytest.mark.parametrize("env_id", IDS, ids=IDS)
+def test_every_call_after_close_raises_closed_environment_error(env_id):
+    env = _played(env_id)
+    inner = env.unwrapped
+    snap = inner.snapshot()
+    env.close()
+    calls = {
+        "step": lambda: env.step("look"),
+        "reset": lambda: env.reset(seed=0),
+        "oracle_actions": inner.oracle_actions,
+        "cost_to_go": inner.cost_to_go,
+        "snapshot": inner.snapshot,
+        "restore": lambda: inner.restore(snap),
+    }
+    for name, call in calls.items():
+        with pytest.raises(gym.error.ClosedEnvironmentError, match="was closed") as caught:
+            call()
+        assert isinstance(caught.value, EnvClosed), name
+    env.close()  # a second close does nothing
+
+
+def test_a_closed_web_shop_env_starts_no_server_again():
+    env = WebShopEnv(level=1)
+    env.reset(seed=0)
+    env.close()
+    assert env.server is None
+    with pytest.raises(EnvClosed):
+        env.shared_env_kwargs()  # would start a server for a closed env
+    assert env.server is None
 
 
 # ---------------------------------------------------------------------- restore
