@@ -43,7 +43,9 @@ logger = logging.getLogger(__name__)
 
 #: Largest request body accepted, in bytes.
 MAX_BODY = 64 * 1024
-#: Sessions kept; the least recently used one is dropped beyond this.
+#: Sessions kept; the least recently used one is dropped beyond this, whoever opened it. A
+#: :class:`~budget_envs.envs.webshop.env.WebShopEnv` whose session was dropped opens it again
+#: from the state it keeps, so other clients' sessions never stop a live env.
 MAX_SESSIONS = 20_000
 MAX_FAULT_DELAY_MS = 2000
 _SID = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
