@@ -180,16 +180,14 @@ def _train_trl(args: argparse.Namespace, common: dict[str, Any], out: TextIO) ->
         raise UsageError(
             "--trainer trl: this install's budget_envs.integrations.trl has no train() yet"
         )
-    from budget_envs.integrations.trl_train import POLICY_FILE
-    from budget_envs.integrations.trl_train import train as trl_train
-
+    policy_file = trl_mod.POLICY_FILE
     options = {
         name: getattr(args, dest)
         for dest, (_, name) in _SHARED.items()
         if getattr(args, dest) is not None
     }
     extra = dict(args.trl_kwargs or {})
-    accepted = set(inspect.signature(trl_train).parameters) - set(common) - {"env_id", "progress"}
+    accepted = set(inspect.signature(fn).parameters) - set(common) - {"env_id", "progress"}
     by_flag = {name: dest for dest, (_, name) in _SHARED.items()}
     for key in extra:
         if key in by_flag:
@@ -201,9 +199,9 @@ def _train_trl(args: argparse.Namespace, common: dict[str, Any], out: TextIO) ->
                 f"--trl-kwargs: unknown key {key!r}; expected some of {sorted(accepted)}"
             )
     options.update(extra)
-    if (Path(args.out) / POLICY_FILE).exists():
+    if (Path(args.out) / policy_file).exists():
         raise UsageError(
-            f"{args.out} already holds a policy ({POLICY_FILE}); choose another --out "
+            f"{args.out} already holds a policy ({policy_file}); choose another --out "
             "(--trainer trl does not resume)"
         )
     from transformers.utils import logging as hf_logging
@@ -230,7 +228,7 @@ def _train_trl(args: argparse.Namespace, common: dict[str, Any], out: TextIO) ->
     print(
         f"{steps} GRPO steps in {result.get('wall_time', 0):.0f} s; mean env reward of the last "
         f"step {reward}; episodes by stop reason: {stop_text or 'none'}.\n"
-        f"Policy in {folder} (a Hugging Face model folder with {POLICY_FILE}"
+        f"Policy in {folder} (a Hugging Face model folder with {policy_file}"
         f"{f'; the warm start in {warm}' if warm else ''}).\n"
         f"Next: {_eval_hint(args, folder)}",
         file=out,
