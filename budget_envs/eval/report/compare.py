@@ -82,7 +82,8 @@ def compare_runs(
     Raises :class:`~budget_envs.errors.UnknownAgent` when ``agent_a`` or ``agent_b`` names no
     agent of its run (the message lists the run's agents), and
     :class:`~budget_envs.errors.OutDirError` when ``out_dir`` cannot take the files. An empty
-    list (with a warning) means the agents share no env, task or budget with usable episodes.
+    list means the agents share no env, task or budget with usable episodes (``budgetmix
+    compare`` calls that an error).
     """
     surf_a = group_surfaces(records_a, n_boot=1, seed=seed)
     surf_b = group_surfaces(records_b, n_boot=1, seed=seed)
@@ -160,13 +161,6 @@ def compare_runs(
             prefix=prefix,
         )
         results.append(comp)
-    if not results:
-        logger.warning(
-            "nothing to compare: no env holds A's %s and B's %s with usable episodes on shared "
-            "tasks and budgets",
-            agent_a or "agent",
-            agent_b or "agent",
-        )
     if out_dir is not None:
         out = ensure_dir(out_dir, "write the comparison to")
         with folder_errors("write the comparison to", out):
