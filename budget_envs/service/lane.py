@@ -154,11 +154,17 @@ class EnvLane:
             else:
                 future.set_result(result)
 
-    async def _on_worker(self, call: Any) -> Any:
+    async def close_env(self, call: Any) -> Any:
+        """``call()`` (closing a session's env) on the worker thread, after the env calls queued
+        there, and not counted in :meth:`stats` (a close is not an env call of the session)."""
+        return await self._on_worker(call, counted=False)
+
+    async def _on_worker(self, call: Any, counted: bool = True) -> Any:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="budget-envs")
         self._queued += 1
-        self.counts["worker"] += 1
+        if counted:
+            self.counts["worker"] += 1
         try:
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self._executor, call)

@@ -1,23 +1,28 @@
-"""An OpenEnv server for any registered id: one env per WebSocket session, many sessions.
+"""An OpenEnv server for any registered id: one env per session, many sessions.
 
 The protocol is OpenEnv's own (``openenv.core.env_server.HTTPEnvServer``): sessions live on the
-WebSocket ``/ws`` (``{"type": "reset" | "step" | "state" | "close", "data": ...}``), ``/schema``
-and ``/health`` describe and check the server. This module adds what the suite needs on top:
+WebSocket ``/ws`` (``{"type": "reset" | "step" | "state" | "close" | "mcp", "data": ...}``),
+``/schema`` and ``/health`` describe and check the server. This module adds what the suite
+needs on top:
 
 * :class:`SessionEnv`, an OpenEnv ``Environment`` around ``gymnasium.make(id, budget=...,
   visibility=..., faults=...)``: sessions are independent (own env, seeds, budget draws, faults);
 * request ids: a step (or reset) carrying an id already applied in the session returns the
   recorded answer without stepping again, so clients can retry;
+* :class:`~.table.SessionTable` and :mod:`.routes`: a session held by a socket belongs to it;
+  sessions made over HTTP (``/mcp``, ``POST /reset``) have their own cap, a quarter of
+  ``max_sessions``, and unattached ones expire; every live env is counted;
 * families with a server of their own (the web shop) get one per process, shared by sessions;
 * :class:`Guard`, an ASGI middleware: idle WebSocket sessions are closed (and their env freed)
-  after ``idle_timeout`` seconds, oversized messages get an error frame and leave the session
-  alive, oversized HTTP bodies get 413;
-* ``GET /sessions``: active and maximum sessions;
+  after ``idle_timeout`` seconds without a message, oversized messages get an error frame and
+  leave the session alive, HTTP bodies over the limit (chunked ones too) get 413;
+* ``GET /sessions``: sessions per route, live envs, env calls;
 * :class:`EnvLane`: every session's env calls run one at a time, on the event loop while they
   are cheap (no thread hop per step), on one worker thread when they are not.
 
 This module builds and runs the app; the parts live beside it: :mod:`.session` (one session's
-env), :mod:`.lane` (the env calls' lane) and :mod:`.guard` (the ASGI guard).
+env), :mod:`.table` (the sessions), :mod:`.routes` (the session routes), :mod:`.lane` (the env
+calls' lane) and :mod:`.guard` (the ASGI guard).
 """
 
 from __future__ import annotations
@@ -40,7 +45,14 @@ from budget_envs.service.guard import (  # noqa: E402
 )
 from budget_envs.service.lane import EnvLane  # noqa: E402
 from budget_envs.service.models import BudgetAction, BudgetObservation, BudgetState  # noqa: E402
-from budget_envs.service.session import ServeConfig, SessionEnv, _observation  # noqa: E402, F401
+from budget_envs.service.routes import add_session_routes  # noqa: E402
+from budget_envs.service.session import (  # noqa: E402, F401
+    EnvCounter,
+    ServeConfig,
+    SessionEnv,
+    _observation,
+)
+from budget_envs.service.table import SessionTable  # noqa: E402
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
@@ -117,35 +129,58 @@ def create_app(
 
     app = FastAPI(title=f"budget-envs: {entry.id}", description=entry.description)
     lane = EnvLane()
+    counter = EnvCounter()
+    make_session = functools.partial(SessionEnv, config, lane, counter)
     server = HTTPEnvServer(
-        env=functools.partial(SessionEnv, config, lane),
+        env=make_session,
         action_cls=BudgetAction,
         observation_cls=BudgetObservation,
         state_cls=BudgetState,
+        # The sessions are ours (``SessionTable``), reaped by the guard: OpenEnv's own table
+        # and reaper stay empty and off.
         concurrency_config=ConcurrencyConfig(
-            max_concurrent_envs=max_sessions, session_timeout=idle_timeout
+            max_concurrent_envs=max_sessions, session_timeout=None
         ),
         env_name=entry.id.split("/")[-1],
     )
     server.register_routes(app)
 
+    async def close_env(env: SessionEnv) -> None:
+        if env.has_env:  # after the env calls queued on the worker, on its thread
+            await lane.close_env(env.close)
+        else:
+            env.close()
+
+    table = SessionTable(
+        make_session,
+        close_env,
+        max_sessions=max_sessions,
+        expire_s=idle_timeout if idle_timeout is not None else DEFAULT_IDLE_TIMEOUT,
+    )
+    add_session_routes(app, table)
+
     counters = {"reaped": 0}
 
     @app.get("/sessions", tags=["budget-envs"])
     def sessions() -> dict[str, Any]:
-        """Active and maximum sessions, how many idle sessions were closed, and the env calls
-        run so far (``env_calls``: inline and worker counts, and per kind the inline runs and
-        their seconds)."""
-        status = server.get_capacity_status()
+        """Sessions per route (``active`` / ``max``: on ``/ws``; ``http``: made over ``/mcp``
+        and ``POST /reset``), the Gymnasium envs alive (``envs``: every route's), idle sessions
+        closed (``reaped``), unattached ``/mcp`` sessions expired (``expired``), and the env
+        calls run so far (``env_calls``: inline and worker counts, and per kind the inline runs
+        and their seconds)."""
         return {
             "env_id": entry.id,
-            "active": status.active_sessions,
-            "max": status.max_sessions,
+            "active": table.ws_active,
+            "max": table.max_ws,
+            "http": {"active": table.http_active, "max": table.max_http},
+            "envs": counter.live,
             "reaped": counters["reaped"],
+            "expired": table.expired,
             "env_calls": lane.stats(),
         }
 
-    def close_host() -> None:
+    async def close_host() -> None:
+        await table.close_all()
         lane.close()
         if app.state.host is not None:
             app.state.host.close()
@@ -155,6 +190,8 @@ def create_app(
     app.state.host = host
     app.state.openenv_server = server
     app.state.config = config
+    app.state.sessions = table
+    app.state.envs = counter
     app.add_middleware(
         Guard, idle_timeout=idle_timeout, max_bytes=max_message_bytes, counters=counters
     )
@@ -178,18 +215,24 @@ def run_app(
     # of the cyclic collector's scans, a full collection no longer stalls every session for
     # the time it takes to walk them (a quarter of a second with ToolUse loaded).
     gc.freeze()
-    # uvicorn's own cap sits above the guard's, so an oversized message gets the guard's clear
-    # error frame instead of a bare close; beyond this, the connection is closed (1009).
+    # uvicorn's own cap sits above the guard's, so a message up to 4 times the limit gets the
+    # guard's clear error frame instead of a bare close; beyond this, the connection is closed
+    # (1009) before the message is read, so no connection buffers more than this.
     uvicorn.run(
         app,
         host=host,
         port=port,
         log_level=log_level,
-        ws_max_size=max(16 * max_message_bytes, 16 << 20),
+        ws_max_size=ws_max_size(max_message_bytes),
         # Observations are small JSON on a local network: compressing each one costs more CPU
         # than it saves.
         ws_per_message_deflate=False,
     )
+
+
+def ws_max_size(max_message_bytes: int) -> int:
+    """The largest WebSocket message read at all (4 times the guard's limit, at least 1 MiB)."""
+    return max(4 * max_message_bytes, 1 << 20)
 
 
 def serve(

@@ -1,9 +1,11 @@
 """One session of the service: an OpenEnv ``Environment`` around a Gymnasium env.
 
 :class:`SessionEnv` holds what the module docstring of :mod:`budget_envs.service.server` promises
-a session: its own env (built at the first reset from a :class:`ServeConfig`), request ids that
-replay a recorded answer instead of stepping again, and step answers whose info holds only the
-values that changed since the session's previous answer (``info_delta``).
+a session: its own env (built at the first reset from a :class:`ServeConfig`, counted in the
+server's :class:`EnvCounter`, never again once the session is closed), request ids that replay
+a recorded answer instead of stepping again (keys are digests; the answers kept are bounded in
+number and size), and step answers whose info holds only the values that changed since the
+session's previous answer (``info_delta``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from budget_envs.service._deps import require_openenv
 require_openenv()
 
 import functools  # noqa: E402
+import hashlib  # noqa: E402
 import json  # noqa: E402
 import warnings  # noqa: E402
 from collections import OrderedDict  # noqa: E402
@@ -26,12 +29,83 @@ from openenv.core.env_server.types import EnvironmentMetadata  # noqa: E402
 
 from budget_envs.registry import DEFAULT_BUDGET, entry_for  # noqa: E402
 from budget_envs.service.lane import EnvLane  # noqa: E402
-from budget_envs.service.models import BudgetAction, BudgetObservation, BudgetState  # noqa: E402
+from budget_envs.service.models import (  # noqa: E402
+    MAX_REQUEST_ID,
+    BudgetAction,
+    BudgetObservation,
+    BudgetState,
+)
 
-__all__ = ["REPLAY_CACHE", "ServeConfig", "SessionEnv"]
+__all__ = [
+    "REPLAY_BYTES",
+    "REPLAY_CACHE",
+    "EnvCounter",
+    "MessageError",
+    "ServeConfig",
+    "SessionClosed",
+    "SessionEnv",
+]
 
-#: Answers a session remembers for request-id retries.
+#: Answers a session remembers for request-id retries (the last ones, at most this many)...
 REPLAY_CACHE = 1024
+#: ... and at most this many bytes of them, estimated (:func:`_approx_size`); the last answer
+#: is always kept.
+REPLAY_BYTES = 1 << 20
+#: Fixed cost of one kept answer beyond its text and changed info values (the answer object,
+#: its info dict, the cache's entry), estimated in bytes.
+_ANSWER_OVERHEAD = 2048
+#: Longest episode id accepted at reset, in characters.
+MAX_EPISODE_ID = 255
+
+
+class MessageError(ValueError):
+    """A message's fields are wrong (the service answers ``VALIDATION_ERROR``); nothing ran."""
+
+
+class SessionClosed(RuntimeError):
+    """The session was closed: it builds no env again (open a new session)."""
+
+
+class EnvCounter:
+    """The Gymnasium envs of one server's sessions, whatever route made them: ``live`` now,
+    ``built`` so far."""
+
+    __slots__ = ("built", "live")
+
+    def __init__(self) -> None:
+        self.live = 0
+        self.built = 0
+
+
+def _digest(*parts: str) -> bytes:
+    """16 bytes naming a message (a replay key holds this, not the message's text)."""
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\x1f")
+    return h.digest()
+
+
+def _approx_size(value: Any) -> int:
+    """Bytes a JSON-typed value takes in memory, roughly (CPython's object sizes)."""
+    t = type(value)
+    if t is str:
+        return 49 + len(value)
+    if t is list or t is tuple:
+        return 56 + 8 * len(value) + sum(_approx_size(v) for v in value)
+    if t is dict:
+        return 232 + sum(80 + _approx_size(v) for v in value.values())
+    return 32
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters (an error quotes a bad value, not all of it)."""
+    try:
+        text = repr(value) if not isinstance(value, int) or abs(value) < 10**40 else "a huge int"
+    except Exception:  # a value whose repr fails (or nests too deep)
+        return f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 #: A value missing from the previous answer's info (no value of an info is this object).
 _MISSING = object()
@@ -126,8 +200,10 @@ def _observation(
 class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
     """One session's env. Built cheaply; the Gymnasium env is made at the first reset.
 
-    ``reset(seed=None, options=None, request_id=None)`` and ``step(BudgetAction)`` return a
-    :class:`BudgetObservation` holding exactly what the Gymnasium env returned.
+    ``reset(seed=None, options=None, request_id=None)`` and
+    ``step(BudgetAction)`` return a :class:`BudgetObservation` holding exactly what the
+    Gymnasium env returned. After :meth:`close` the session refuses every reset and step, so no
+    env lives outside the server's count (:class:`EnvCounter`).
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
@@ -136,11 +212,18 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
     # shared thread, not a thread per session: under the GIL more threads add no parallelism.
     REQUIRES_SINGLE_THREAD_EXECUTOR = True
 
-    def __init__(self, config: ServeConfig, lane: EnvLane | None = None) -> None:
+    def __init__(
+        self,
+        config: ServeConfig,
+        lane: EnvLane | None = None,
+        counter: EnvCounter | None = None,
+    ) -> None:
         super().__init__()
         self._config = config
         self._lane = EnvLane() if lane is None else lane
+        self._counter = EnvCounter() if counter is None else counter
         self._env: gym.Env | None = None
+        self._closed = False
         self._episode_id: str | None = None
         self._steps = 0
         self._info: dict[str, Any] = {}
@@ -151,7 +234,9 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         self._raw: dict[str, Any] | None = None
         # The keys of ``_sent``, in order: a step answer is a delta only while they stay.
         self._keys: list[str] = []
-        self._replies: OrderedDict[str, tuple[str, BudgetObservation]] = OrderedDict()
+        # request id -> (digest of the message, whole answer, estimated bytes)
+        self._replies: OrderedDict[str, tuple[bytes, BudgetObservation, int]] = OrderedDict()
+        self._replay_bytes = 0
 
     # ---------------------------------------------------------------- info deltas
     def _full_info(self, info: dict[str, Any]) -> dict[str, Any]:
@@ -171,24 +256,27 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
                 out[k] = _plain(v)
         return out
 
-    def _step_info(self, info: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], bool]:
-        """(whole info, info as sent, whether that is a delta) of a step answer, in one pass.
+    def _step_info(
+        self, info: dict[str, Any], measure: bool
+    ) -> tuple[dict[str, Any], dict[str, Any], bool, int]:
+        """(whole info, info as sent, whether that is a delta, estimated bytes of the values
+        that changed when ``measure``) of a step answer, in one pass.
 
         The delta holds the values that differ from the previous answer's (type and value:
         ``1`` and ``True`` differ); it is used when the info has the previous answer's keys in
-        its order, so the client restores the whole info by updating the previous one. A
-        value the env returns again as the very object of its previous step (ToolUse's shared
-        ``tools`` schema) is unchanged without a deep comparison (an env never mutates an info
-        value it returned).
+        its order, so the client restores the whole info by updating the previous one. A value the env returns again as the very object
+        of its previous step (ToolUse's shared ``tools`` schema) is unchanged without a deep
+        comparison (an env never mutates an info value it returned).
         """
         sent, raw = self._sent, self._raw
         if not sent:
             full = _plain(info)
             self._keys = list(full)
-            return full, full, False
+            return full, full, False, _approx_size(full) if measure else 0
         delta = self._config.info_delta and list(info) == self._keys
         full: dict[str, Any] = {}
         wire: dict[str, Any] = {}
+        size = 0
         raw_get = raw.get if raw is not None else None
         for k, v in info.items():
             if type(k) is not str:
@@ -215,9 +303,11 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
                     wire[k] = old
             else:
                 full[k] = wire[k] = v
+                if measure:
+                    size += _approx_size(v)
         if not delta:  # (with a delta the keys are the previous answer's)
             self._keys = list(full)
-        return full, wire, delta
+        return full, wire, delta, size
 
     def _wire(self, obs: BudgetObservation, delta: bool) -> BudgetObservation:
         """The answer as sent: with ``delta``, only the info values that differ from the
@@ -236,7 +326,7 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         return obs.model_copy(update={"info": changed, "info_delta": True})
 
     # ---------------------------------------------------------------- request ids
-    def _replay(self, request_id: str | None, key: str) -> BudgetObservation | None:
+    def _replay(self, request_id: str | None, key: bytes) -> BudgetObservation | None:
         if request_id is None:
             return None
         hit = self._replies.get(request_id)
@@ -244,17 +334,28 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
             return None
         if hit[0] != key:
             raise ValueError(
-                f"request id {request_id!r} was already used in this session for a different "
-                "message; use a fresh id for every new step"
+                f"request id {_short(request_id)} was already used in this session for a "
+                "different message; use a fresh id for every new step"
             )
-        return hit[1].model_copy(update={"replayed": True})
+        return hit[1]
 
-    def _record(self, request_id: str | None, key: str, obs: BudgetObservation) -> None:
+    def _record(
+        self, request_id: str | None, key: bytes, obs: BudgetObservation, size: int
+    ) -> None:
         if request_id is None:
             return
-        self._replies[request_id] = (key, obs)
-        while len(self._replies) > REPLAY_CACHE:
-            self._replies.popitem(last=False)
+        size += _ANSWER_OVERHEAD + len(obs.text) + len(request_id)
+        self._replies[request_id] = (key, obs, size)
+        self._replay_bytes += size
+        replies = self._replies
+        while len(replies) > 1 and (
+            len(replies) > REPLAY_CACHE or self._replay_bytes > REPLAY_BYTES
+        ):
+            self._replay_bytes -= replies.popitem(last=False)[1][2]
+
+    def replay_stats(self) -> dict[str, int]:
+        """Answers kept for retries and their estimated bytes."""
+        return {"answers": len(self._replies), "bytes": self._replay_bytes}
 
     # ---------------------------------------------------------------- OpenEnv API
     def reset(
@@ -266,20 +367,42 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         **kwargs: Any,
     ) -> BudgetObservation:
         if kwargs:
-            raise ValueError(
-                f"reset got unknown field(s) {sorted(kwargs)}; it takes seed, options, "
-                "episode_id and request_id"
+            names = sorted(_short(k, 40) for k in list(kwargs)[:8])
+            raise MessageError(
+                f"reset got unknown field(s) {names}; it takes seed, options, episode_id and "
+                "request_id"
             )
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-            raise ValueError(f"seed must be an int or null, got {seed!r}")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+            raise MessageError(f"seed must be a non-negative int or null, got {_short(seed)}")
         if options is not None and not isinstance(options, dict):
-            raise ValueError(f"options must be an object or null, got {options!r}")
-        key = json.dumps(["reset", seed, options], sort_keys=True, default=repr)
+            raise MessageError(f"options must be an object or null, got {_short(options)}")
+        if episode_id is not None and (
+            not isinstance(episode_id, str) or len(episode_id) > MAX_EPISODE_ID
+        ):
+            raise MessageError(
+                f"episode_id must be a string of at most {MAX_EPISODE_ID} characters or null, "
+                f"got {_short(episode_id)}"
+            )
+        if request_id is not None and (
+            not isinstance(request_id, str) or len(request_id) > MAX_REQUEST_ID
+        ):
+            raise MessageError(
+                f"request_id must be a string of at most {MAX_REQUEST_ID} characters or null, "
+                f"got {_short(request_id)}"
+            )
+        self._check_open()
+        try:
+            text_key = json.dumps([seed, options], sort_keys=True, default=repr)
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise MessageError(f"options cannot be read back as JSON: {_short(exc)}") from None
+        key = _digest("reset", text_key)
         replayed = self._replay(request_id, key)
         if replayed is not None:
-            return self._wire(replayed, delta=False)
+            return self._wire(replayed.model_copy(update={"replayed": True}), delta=False)
         if self._env is None:
             self._env = self._config.make()
+            self._counter.live += 1
+            self._counter.built += 1
         text, info = self._env.reset(seed=seed, options=options)
         self._episode_id = episode_id
         self._steps = 0
@@ -291,7 +414,8 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
             done=False,
             request_id=request_id,
         )
-        self._record(request_id, key, obs)
+        if request_id is not None:
+            self._record(request_id, key, obs, _approx_size(obs.info))
         # A reset answer is whole: a client that reconnected (a new session) starts from it.
         obs = self._wire(obs, delta=False)
         self._raw = info
@@ -302,27 +426,32 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
     ) -> BudgetObservation:
         rid = action.request_id
         if rid is not None:
-            key = "step\x1f" + action.action
+            key = _digest("step", action.action)
             replayed = self._replay(rid, key)
             if replayed is not None:
-                return self._wire(replayed, delta=True)
+                return self._wire(replayed.model_copy(update={"replayed": True}), delta=True)
+        self._check_open()
         if self._env is None:
             raise RuntimeError(
-                "this session has no episode yet (it is new, or an idle one was closed and the client opened a new one): send a reset first"
+                "this session has no episode yet (it is new, or an idle one was closed and the "
+                "client opened a new one): send a reset first"
             )
         text, reward, terminated, truncated, info = self._env.step(action.action)
         self._steps += 1
         self._info = info
-        full, wire, delta = self._step_info(info)
+        full, wire, delta, size = self._step_info(info, rid is not None)
         self._sent, self._raw = full, info
         terminated, truncated = bool(terminated), bool(truncated)
         text = text if type(text) is str else str(text)
         reward = float(reward)
         if rid is not None:
-            self._record(
-                rid, key, _observation(text, reward, terminated, truncated, full, rid, False)
-            )
+            whole = _observation(text, reward, terminated, truncated, full, rid, False)
+            self._record(rid, key, whole, size)
         return _observation(text, reward, terminated, truncated, wire, rid, delta)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosed("this session is closed; open a new session")
 
     async def reset_async(
         self,
@@ -335,7 +464,7 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         """:meth:`reset` through the server's lane; the first one (it builds the env) always
         runs on the worker thread."""
         call = functools.partial(self.reset, seed, episode_id, options, request_id, **kwargs)
-        if self._env is None:
+        if self._env is None and not self._closed:
             return await self._lane.run("open", call, inline=False)
         return await self._lane.run("reset", call)
 
@@ -346,6 +475,11 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         return await self._lane.run(
             "step", functools.partial(self.step, action, timeout_s, **kwargs)
         )
+
+    @property
+    def has_env(self) -> bool:
+        """Whether this session holds a built Gymnasium env now."""
+        return self._env is not None
 
     @property
     def state(self) -> BudgetState:
@@ -364,6 +498,12 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         )
 
     def close(self) -> None:
+        """Free the env; the session then refuses every reset and step."""
+        self._closed = True
+        self._replies.clear()
+        self._replay_bytes = 0
+        self._sent = self._raw = None
         if self._env is not None:
             env, self._env = self._env, None
+            self._counter.live -= 1
             env.close()
