@@ -34,7 +34,7 @@ from contract_helpers import make, policy_action  # noqa: E402
 from service_helpers import budgetmix_serve, proc_status_kb, sessions, wait_until  # noqa: E402
 from websockets.sync.client import connect  # noqa: E402
 
-from budget_envs.service import RemoteEnv  # noqa: E402
+from budget_envs.service import BudgetAction, BudgetEnvClient, RemoteEnv  # noqa: E402
 
 ENV_ID = "BudgetMix/ToolUse-v0"
 BUDGET = 1000  # long episodes: attacks step well past a usual budget
@@ -144,11 +144,6 @@ def ask(ws, message, timeout: float = 120):
     return json.loads(ws.recv(timeout=timeout))
 
 
-def _whole(held: dict, obs: dict) -> dict:
-    """The whole info of an answer: a delta updates the info of the answer before it."""
-    return {**held, **obs["info"]} if obs["info_delta"] else obs["info"]
-
-
 def _free_ws_slots(url: str) -> int:
     return MAX_SESSIONS - sessions(url)["active"]
 
@@ -218,10 +213,9 @@ def test_a_session_held_by_a_socket_belongs_to_it(server, bystander):
     local.reset(seed=3)
     want = [_json(local.step(m)[4]) for m in moves]
     with connect(server.ws_url) as victim:
-        held = ask(victim, {"type": "reset", "data": {"seed": 3}})["data"]["observation"]["info"]
+        assert ask(victim, {"type": "reset", "data": {"seed": 3}})["type"] == "observation"
         first = ask(victim, {"type": "step", "data": {"action": moves[0]}})
-        held = _whole(held, first["data"]["observation"])
-        assert held == want[0]
+        assert first["data"]["observation"]["info"] == want[0]
         create = {"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create"}
         own = ask(victim, {"type": "mcp", "data": create})["data"]["result"]["session_id"]
         # nobody else attaches to it...
@@ -243,7 +237,7 @@ def test_a_session_held_by_a_socket_belongs_to_it(server, bystander):
         assert "send" in answer["error"]["message"]
         # the session is as it was: the next step is the second turn of its own episode
         second = ask(victim, {"type": "step", "data": {"action": moves[1]}})
-        assert _whole(held, second["data"]["observation"]) == want[1]
+        assert second["data"]["observation"]["info"] == want[1]
     # every live env is counted, whatever route made it
     status = wait_until(
         lambda: (s := sessions(server.url))["active"] == 1 and s, "the victim's session to end"
@@ -382,11 +376,12 @@ def test_replay_keys_are_digests_and_kept_answers_bounded(server, bystander):
             action = f"{k:07d}" + "x" * (1_000_000 - 7)
             answer = ask(ws, {"type": "step", "data": {"action": action, "request_id": f"b{k}"}})
             obs = answer["data"]["observation"]
-            assert "over the limit" in obs["text"]
+            assert "over the limit" in obs["text"] and obs["info"]["invalid_action"]
             if k % 100 == 0:
                 bystander.check(1)
         again = ask(ws, {"type": "step", "data": {"action": action, "request_id": "b399"}})
         assert again["data"]["observation"]["replayed"]
+        assert again["data"]["observation"]["info"]["budget"]["used"] == 400
         refused = ask(ws, {"type": "step", "data": {"action": "other", "request_id": "b399"}})
         assert refused["data"]["code"] == "EXECUTION_ERROR"
         assert "already used" in refused["data"]["message"]
@@ -461,10 +456,9 @@ def test_malformed_messages_get_an_error_and_leave_the_session_as_it_was(server,
     local.reset(seed=9)
     want = [_json(local.step(m)[4]) for m in moves]
     with connect(server.ws_url) as ws:
-        held = ask(ws, {"type": "reset", "data": {"seed": 9}})["data"]["observation"]["info"]
+        assert ask(ws, {"type": "reset", "data": {"seed": 9}})["type"] == "observation"
         first = ask(ws, {"type": "step", "data": {"action": moves[0]}})["data"]["observation"]
-        held = _whole(held, first)
-        assert held == want[0]
+        assert first["info"] == want[0]
         for text, code, words in MALFORMED:
             answer = ask(ws, text)
             if code is None:
@@ -477,10 +471,87 @@ def test_malformed_messages_get_an_error_and_leave_the_session_as_it_was(server,
         state = ask(ws, {"type": "state"})["data"]
         assert state["step_count"] == 1
         second = ask(ws, {"type": "step", "data": {"action": moves[1]}})["data"]["observation"]
-        assert _whole(held, second) == want[1]  # nothing of the malformed messages ran
+        assert second["info"] == want[1]  # nothing of the malformed messages ran
     bystander.check()
     local.close()
     memory.check()
+
+
+# ------------------------------------------------------------------------- lost answers
+def test_a_retried_step_after_a_lost_answer_gets_its_own_turn(server, bystander):
+    local = make(ENV_ID, budget=BUDGET)
+    _, info = local.reset(seed=7)
+    rng = np.random.default_rng(7)
+    moves = []
+    for _ in range(4):
+        moves.append(policy_action(local, info, rng))
+        info = local.step(moves[-1])[4]
+    local.reset(seed=7)
+    want = [_json(local.step(m)[4]) for m in moves]
+
+    with connect(server.ws_url) as ws:  # a client of the wire protocol, deltas asked for
+        reset = ask(ws, {"type": "reset", "data": {"seed": 7, "info_delta": True}})
+        held = reset["data"]["observation"]
+        info = held["info"]
+        step = {"action": moves[0], "request_id": "s0", "info_base": held["info_seq"]}
+        lost = ask(ws, {"type": "step", "data": step})  # its answer is lost: nothing applied
+        assert lost["data"]["observation"]["info_delta"]
+        # the retry names the answer the client holds (the reset's): the whole info comes back
+        again = ask(ws, {"type": "step", "data": step})["data"]["observation"]
+        assert again["replayed"] and not again["info_delta"] and again["info"] == want[0]
+        info, base = again["info"], again["info_seq"]
+        for k in (1, 2):
+            data = {"action": moves[k], "request_id": f"s{k}", "info_base": base}
+            obs = ask(ws, {"type": "step", "data": data})["data"]["observation"]
+            assert obs["info_delta"] and obs["info_base"] == base
+            info = {**info, **obs["info"]}
+            assert info == want[k] and list(info) == list(want[k])
+            base = obs["info_seq"]
+        # a step naming an answer older than the last one sent gets the whole info too
+        data = {"action": moves[3], "request_id": "s3", "info_base": base - 1}
+        obs = ask(ws, {"type": "step", "data": data})["data"]["observation"]
+        assert not obs["info_delta"] and obs["info"] == want[3]
+
+    async def with_the_client():
+        async with BudgetEnvClient(base_url=server.url, message_timeout_s=300) as client:
+            await client.reset(seed=7)
+            first = (await client.step(BudgetAction(action=moves[0], request_id="a0"))).observation
+            # the answer of a1 is lost: sent and answered, never parsed by the client
+            lost = BudgetAction(action=moves[1], request_id="a1")
+            await client._send({"type": "step", "data": client._step_payload(lost)})
+            await client._receive()
+            again = (await client.step(lost)).observation
+            later = [
+                (await client.step(BudgetAction(action=m, request_id=f"a{k}"))).observation
+                for k, m in ((2, moves[2]), (3, moves[3]))
+            ]
+            return first, again, later
+
+    first, again, later = asyncio.run(with_the_client())
+    assert first.info == want[0] and again.replayed and again.info == want[1]
+    assert [o.info for o in later] == want[2:]
+    assert [list(o.info) for o in later] == [list(w) for w in want[2:]]
+    local.close()
+
+
+def test_a_caller_editing_its_info_changes_no_later_answer(server, bystander):
+    local = make(ENV_ID, budget=BUDGET)
+    remote = RemoteEnv(server.url)
+    rng = np.random.default_rng(8)
+    _, info = local.reset(seed=8)
+    _, got = remote.reset(seed=8)
+    for turn in range(6):
+        # what a careless caller (or a wrapper) may do to the info it got
+        got["budget"]["used"] = -1
+        got["tools"].clear()
+        got["candidate_actions"].append("not from the server")
+        got["goal"] = "edited"
+        action = policy_action(local, info, rng)
+        *_, info = local.step(action)
+        *_, got = remote.step(action)
+        assert got == _json(info), turn
+    remote.close()
+    local.close()
 
 
 # ------------------------------------------------------------------------- lifetime

@@ -298,14 +298,24 @@ def test_step_answers_leave_out_unchanged_info_and_clients_restore_it():
 
     with serving(env_id, budget=10) as url:
         with connect(url.replace("http", "ws") + "/ws") as ws:
-            ws.send(json.dumps({"type": "reset", "data": {"seed": 5}}))
+            # a client asks for deltas at reset, and names the answer it holds in each step
+            ws.send(json.dumps({"type": "reset", "data": {"seed": 5, "info_delta": True}}))
             first = json.loads(ws.recv())["data"]["observation"]
-            ws.send(json.dumps({"type": "step", "data": {"action": moves[0]}}))
+            base = first["info_seq"]
+            ws.send(json.dumps({"type": "step", "data": {"action": moves[0], "info_base": base}}))
             step = json.loads(ws.recv())["data"]["observation"]
         assert first["info"]["tools"] and first["info_delta"] is False
         assert step["info_delta"] is True and "tools" not in step["info"]
+        assert step["info_base"] == base and step["info_seq"] == base + 1
         assert "task_id" not in step["info"] and "won" not in step["info"]
         assert step["info"]["turn"] == 1  # changed values travel in full
+        with connect(url.replace("http", "ws") + "/ws") as ws:
+            # a generic OpenEnv client (no info_delta at reset) gets every info whole
+            ws.send(json.dumps({"type": "reset", "data": {"seed": 5}}))
+            ws.recv()
+            ws.send(json.dumps({"type": "step", "data": {"action": moves[0]}}))
+            generic = json.loads(ws.recv())["data"]["observation"]
+        assert generic["info_delta"] is False and generic["info"] == want[0]
         got, again = asyncio.run(client_side(url))
     assert [o.info for o in got] == want
     assert [list(o.info) for o in got] == [list(w) for w in want]  # the env's key order too
@@ -314,25 +324,42 @@ def test_step_answers_leave_out_unchanged_info_and_clients_restore_it():
 
     with serving(env_id, budget=10, info_delta=False) as url:
         with connect(url.replace("http", "ws") + "/ws") as ws:
-            ws.send(json.dumps({"type": "reset", "data": {"seed": 5}}))
-            ws.recv()
-            ws.send(json.dumps({"type": "step", "data": {"action": moves[0]}}))
+            ws.send(json.dumps({"type": "reset", "data": {"seed": 5, "info_delta": True}}))
+            base = json.loads(ws.recv())["data"]["observation"]["info_seq"]
+            ws.send(json.dumps({"type": "step", "data": {"action": moves[0], "info_base": base}}))
             whole = json.loads(ws.recv())["data"]["observation"]
         assert whole["info_delta"] is False and whole["info"] == want[0]
 
 
 def test_a_caller_changing_the_info_it_got_changes_no_later_answer():
     client = BudgetEnvClient(base_url="http://127.0.0.1:1")
-    whole = {"observation": {"text": "a", "info": {"turn": 0, "goal": "g"}}, "reward": 0.0}
+    info = {"turn": 0, "goal": "g", "budget": {"used": 0}, "tools": [{"name": "x"}]}
+    whole = {"observation": {"text": "a", "info": info, "info_seq": 1}, "reward": 0.0}
     first = client._parse_result(whole).observation
     first.info["episode"] = {"r": 1.0}  # what a Gymnasium wrapper may add
     first.info["goal"] = "changed"
+    first.info["budget"]["used"] = 99  # nested values too
+    first.info["tools"].append({"name": "mine"})
 
-    def delta():  # a decoded message (the client fills it in place)
-        return {"observation": {"text": "b", "info": {"turn": 1}, "info_delta": True}}
+    def delta():  # a decoded message (the client fills it in place), against answer 1
+        return {
+            "observation": {
+                "text": "b",
+                "info": {"turn": 1},
+                "info_delta": True,
+                "info_seq": 2,
+                "info_base": 1,
+            }
+        }
 
     second = client._parse_result(delta()).observation
-    assert second.info == {"turn": 1, "goal": "g"} and not second.info_delta
+    assert second.info == {
+        "turn": 1,
+        "goal": "g",
+        "budget": {"used": 0},
+        "tools": [{"name": "x"}],
+    }
+    assert not second.info_delta
     fresh = BudgetEnvClient(base_url="http://127.0.0.1:1")
     with pytest.raises(RuntimeError, match="no earlier answer"):
         fresh._parse_result(delta())

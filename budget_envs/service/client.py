@@ -33,8 +33,24 @@ from budget_envs.service.models import BudgetAction, BudgetObservation, BudgetSt
 __all__ = ["BudgetEnvClient", "RemoteEnv"]
 
 
+def _json_copy(value: Any) -> Any:
+    """``value`` (JSON-typed) with fresh lists and dicts all the way down."""
+    t = type(value)
+    if t is dict:
+        return {k: _json_copy(v) for k, v in value.items()}
+    if t is list:
+        return [_json_copy(v) for v in value]
+    return value
+
+
 class BudgetEnvClient(EnvClient[BudgetAction, BudgetObservation, BudgetState]):
     """OpenEnv client of a budget-envs server (one instance = one session).
+
+    It asks for info deltas at every reset (``info_delta=False`` at construction: whole infos
+    only): a step answer then carries only the info values that changed since the answer this
+    client names in its step (``info_base``, the last answer it received), and the client
+    restores the whole info. After a lost answer the server answers with the whole info, so a
+    retried step (same ``request_id``) returns the info of its own turn.
 
     Example:
         >>> async with BudgetEnvClient(base_url="http://127.0.0.1:8000") as env:  # doctest: +SKIP
@@ -44,18 +60,69 @@ class BudgetEnvClient(EnvClient[BudgetAction, BudgetObservation, BudgetState]):
         ...     result.observation.truncated, result.observation.info["budget"]
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, info_delta: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # The whole info of the last answer: the server leaves out values equal to it.
-        self._last_info: dict[str, Any] | None = None
+        self._info_delta = bool(info_delta)
+        # The last answer's number (``info_seq``) and its whole info as this client's own deep
+        # copy: the base the server's deltas update. Never handed out, so nothing a caller
+        # does to an info it got changes a later answer.
+        self._base_seq: int | None = None
+        self._base: dict[str, Any] | None = None
+        # The objects handed out in the last answer's info, per key: an unchanged value is
+        # handed out again while it still equals the base (the caller did not change it), as
+        # the in-process env returns an unchanged value (ToolUse's ``tools``) as the same object.
+        self._given: dict[str, Any] = {}
+
+    async def _reset_async(self, **kwargs: Any) -> StepResult[BudgetObservation]:
+        if self._info_delta:
+            kwargs.setdefault("info_delta", True)
+        # until the reset's answer arrives there is no base: a failed reset leaves none, and
+        # the next step then gets a whole info
+        self._base_seq, self._base, self._given = None, None, {}
+        return await super()._reset_async(**kwargs)
 
     def _step_payload(self, action: BudgetAction) -> dict[str, Any]:
         payload: dict[str, Any] = {"action": action.action}
         if action.request_id is not None:
             payload["request_id"] = action.request_id
+        base = action.info_base if action.info_base is not None else self._base_seq
+        if base is not None:
+            payload["info_base"] = base
         if action.metadata:
             payload["metadata"] = action.metadata
         return payload
+
+    def _restore(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """The whole info of a delta answer (``fields`` decoded from it), from the base."""
+        base = self._base
+        if base is None:
+            raise RuntimeError(
+                "the server sent an info delta, but this client has no earlier answer to "
+                "apply it to (reset first)"
+            )
+        if fields.get("info_base") != self._base_seq:
+            raise RuntimeError(
+                f"the server sent an info delta against answer {fields.get('info_base')!r}, "
+                f"but this client holds answer {self._base_seq!r}"
+            )
+        changed = fields.get("info") or {}
+        given = self._given
+        info: dict[str, Any] = {}
+        for k, kept in base.items():
+            if k in changed:
+                info[k] = changed[k]
+                continue
+            value = given.get(k, kept)
+            t = type(value)
+            if (t is dict or t is list) and (value is kept or value != kept):
+                value = _json_copy(kept)  # changed by the caller since: a fresh copy
+            info[k] = value
+        for k, v in changed.items():  # (a delta keeps the base's keys; nothing is dropped)
+            if k not in info:
+                info[k] = v
+        for k, v in changed.items():
+            base[k] = _json_copy(v)
+        return info
 
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[BudgetObservation]:
         # ``payload`` was just decoded from the message: its dicts are ours to fill in place.
@@ -63,23 +130,19 @@ class BudgetEnvClient(EnvClient[BudgetAction, BudgetObservation, BudgetState]):
         fields = {} if fields is None else fields
         fields["reward"] = payload.get("reward")
         fields["done"] = bool(payload.get("done", False))
+        seq = fields.get("info_seq")
         if fields.get("info_delta"):
-            # the values that changed since the previous answer: the rest, and the key order,
-            # are the previous answer's
-            base = self._last_info
-            if base is None:
-                raise RuntimeError(
-                    "the server sent an info delta, but this client has no earlier answer to "
-                    "apply it to (reset first)"
-                )
-            info = dict(base)
-            info.update(fields.get("info") or {})
+            info = self._restore(fields)
             fields["info"] = info
             fields["info_delta"] = False  # restored: the info is whole again
+            fields["info_base"] = None
+        else:
+            info = fields.get("info") or {}
+            # a whole info in a session with deltas: the next delta's base, as our own copy
+            self._base = _json_copy(info) if seq is not None else None
+        self._base_seq = seq
+        self._given = info
         obs = BudgetObservation(**fields)
-        # the base of the next delta is this client's own dict (validation copied it into
-        # ``obs.info``), so a caller adding keys to the info it got changes no later answer
-        self._last_info = fields.get("info") or {}
         return StepResult(
             observation=obs,
             reward=payload.get("reward"),

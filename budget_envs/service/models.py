@@ -32,6 +32,13 @@ class BudgetAction(Action):
         description="Client-chosen id, unique within the session. A step whose id was already "
         "applied returns the recorded result (replayed=true) without stepping again.",
     )
+    info_base: int | None = Field(
+        default=None,
+        ge=0,
+        description="The info_seq of the last answer whose whole info the client holds (clients "
+        "that asked for info deltas at reset). The server sends a delta only against that "
+        "answer, and the whole info when it is not the last one it sent (an answer was lost).",
+    )
 
 
 class BudgetObservation(Observation):
@@ -47,9 +54,18 @@ class BudgetObservation(Observation):
     )
     info_delta: bool = Field(
         default=False,
-        description="True when info holds only the values that changed since the session's "
-        "previous answer: the whole info is the previous one updated with these, in its key "
-        "order (the client restores it).",
+        description="True when info holds only the values that changed since the answer named "
+        "by info_base: the whole info is that answer's updated with these, in its key order "
+        "(the client restores it). Only for clients that asked for deltas at reset.",
+    )
+    info_seq: int | None = Field(
+        default=None,
+        description="This answer's number in the session (clients that asked for info deltas): "
+        "the info_base a later step names to get a delta against this answer's info.",
+    )
+    info_base: int | None = Field(
+        default=None,
+        description="With info_delta: the info_seq of the answer whose info this delta updates.",
     )
 
 

@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 REPLACED_PATHS = frozenset({"/ws", "/mcp", "/reset", "/step"})
 
 #: Fields a reset message's data may hold.
-RESET_FIELDS = frozenset({"seed", "options", "episode_id", "request_id"})
+RESET_FIELDS = frozenset({"seed", "options", "episode_id", "request_id", "info_delta"})
 
 #: JSON-RPC error codes (OpenEnv's ``JsonRpcErrorCode``).
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, SERVER_ERROR = (

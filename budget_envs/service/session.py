@@ -4,8 +4,8 @@
 a session: its own env (built at the first reset from a :class:`ServeConfig`, counted in the
 server's :class:`EnvCounter`, never again once the session is closed), request ids that replay
 a recorded answer instead of stepping again (keys are digests; the answers kept are bounded in
-number and size), and step answers whose info holds only the values that changed since the
-session's previous answer (``info_delta``).
+number and size), and, for clients that ask for them at reset, step answers whose info holds
+only the values that changed since an answer the client names (``info_delta``).
 """
 
 from __future__ import annotations
@@ -170,6 +170,8 @@ def _observation(
     info: dict[str, Any],
     request_id: str | None,
     info_delta: bool,
+    info_seq: int | None = None,
+    info_base: int | None = None,
 ) -> BudgetObservation:
     """A step answer built from values of the right types, without pydantic's validation
     (a third of the session's own work per step): what ``model_construct`` does, for these
@@ -189,6 +191,8 @@ def _observation(
             "request_id": request_id,
             "replayed": False,
             "info_delta": info_delta,
+            "info_seq": info_seq,
+            "info_base": info_base,
         },
     )
     _set_slot(obs, "__pydantic_fields_set__", set(_OBSERVATION_FIELDS))
@@ -200,7 +204,7 @@ def _observation(
 class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
     """One session's env. Built cheaply; the Gymnasium env is made at the first reset.
 
-    ``reset(seed=None, options=None, request_id=None)`` and
+    ``reset(seed=None, options=None, request_id=None, info_delta=False)`` and
     ``step(BudgetAction)`` return a :class:`BudgetObservation` holding exactly what the
     Gymnasium env returned. After :meth:`close` the session refuses every reset and step, so no
     env lives outside the server's count (:class:`EnvCounter`).
@@ -227,8 +231,12 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         self._episode_id: str | None = None
         self._steps = 0
         self._info: dict[str, Any] = {}
-        # The whole (JSON-typed) info of the last answer sent: the base the client restores
-        # left-out values from. Its values are shared with the replay cache, never mutated.
+        # Whether the client asked for info deltas at its last reset (and the server sends them).
+        self._delta_on = False
+        # Answers sent so far; the last one's whole (JSON-typed) info is ``_sent``: the only
+        # base a delta is computed against, and only when the step names it (``info_base``).
+        # Its values are shared with the replay cache, never mutated.
+        self._seq = 0
         self._sent: dict[str, Any] | None = None
         # The env's own info behind ``_sent`` (None when ``_sent`` came from a replay).
         self._raw: dict[str, Any] | None = None
@@ -257,14 +265,15 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         return out
 
     def _step_info(
-        self, info: dict[str, Any], measure: bool
+        self, info: dict[str, Any], allow_delta: bool, measure: bool
     ) -> tuple[dict[str, Any], dict[str, Any], bool, int]:
         """(whole info, info as sent, whether that is a delta, estimated bytes of the values
         that changed when ``measure``) of a step answer, in one pass.
 
-        The delta holds the values that differ from the previous answer's (type and value:
-        ``1`` and ``True`` differ); it is used when the info has the previous answer's keys in
-        its order, so the client restores the whole info by updating the previous one. A value the env returns again as the very object
+        The delta (when ``allow_delta``: the client holds the last answer's info) holds the
+        values that differ from the last answer's (type and value: ``1`` and ``True`` differ);
+        it is used when the info has that answer's keys in its order, so the client restores
+        the whole info by updating the base. A value the env returns again as the very object
         of its previous step (ToolUse's shared ``tools`` schema) is unchanged without a deep
         comparison (an env never mutates an info value it returned).
         """
@@ -273,7 +282,7 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
             full = _plain(info)
             self._keys = list(full)
             return full, full, False, _approx_size(full) if measure else 0
-        delta = self._config.info_delta and list(info) == self._keys
+        delta = allow_delta and list(info) == self._keys
         full: dict[str, Any] = {}
         wire: dict[str, Any] = {}
         size = 0
@@ -309,21 +318,18 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
             self._keys = list(full)
         return full, wire, delta, size
 
-    def _wire(self, obs: BudgetObservation, delta: bool) -> BudgetObservation:
-        """The answer as sent: with ``delta``, only the info values that differ from the
-        session's previous answer (see :meth:`_step_info`). The whole info becomes the next
-        answer's base."""
-        sent, self._sent = self._sent, obs.info
-        self._raw = None
-        keys, self._keys = self._keys, list(obs.info)
-        if not (delta and sent and self._config.info_delta and keys == self._keys):
-            return obs
-        changed = {}
-        for k, v in obs.info.items():
-            old = sent[k]
-            if not (v is old or (type(v) is type(old) and v == old)):
-                changed[k] = v
-        return obs.model_copy(update={"info": changed, "info_delta": True})
+    def _whole(
+        self, obs: BudgetObservation, raw: dict[str, Any] | None, replayed: bool = False
+    ) -> BudgetObservation:
+        """``obs`` (its info whole) as the session's next answer: numbered, and the base of the
+        next delta."""
+        self._sent, self._raw = obs.info, raw
+        self._keys = list(obs.info)
+        self._seq += 1
+        update: dict[str, Any] = {"info_seq": self._seq if self._delta_on else None}
+        if replayed:
+            update["replayed"] = True
+        return obs.model_copy(update=update)
 
     # ---------------------------------------------------------------- request ids
     def _replay(self, request_id: str | None, key: bytes) -> BudgetObservation | None:
@@ -364,13 +370,14 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         episode_id: str | None = None,
         options: dict[str, Any] | None = None,
         request_id: str | None = None,
+        info_delta: bool = False,
         **kwargs: Any,
     ) -> BudgetObservation:
         if kwargs:
             names = sorted(_short(k, 40) for k in list(kwargs)[:8])
             raise MessageError(
-                f"reset got unknown field(s) {names}; it takes seed, options, episode_id and "
-                "request_id"
+                f"reset got unknown field(s) {names}; it takes seed, options, episode_id, "
+                "request_id and info_delta"
             )
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
             raise MessageError(f"seed must be a non-negative int or null, got {_short(seed)}")
@@ -390,15 +397,18 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
                 f"request_id must be a string of at most {MAX_REQUEST_ID} characters or null, "
                 f"got {_short(request_id)}"
             )
+        if not isinstance(info_delta, bool):
+            raise MessageError(f"info_delta must be true or false, got {_short(info_delta)}")
         self._check_open()
         try:
-            text_key = json.dumps([seed, options], sort_keys=True, default=repr)
+            text_key = json.dumps([seed, options, info_delta], sort_keys=True, default=repr)
         except (ValueError, TypeError, RecursionError) as exc:
             raise MessageError(f"options cannot be read back as JSON: {_short(exc)}") from None
         key = _digest("reset", text_key)
         replayed = self._replay(request_id, key)
         if replayed is not None:
-            return self._wire(replayed.model_copy(update={"replayed": True}), delta=False)
+            self._delta_on = info_delta and self._config.info_delta
+            return self._whole(replayed, None, replayed=True)
         if self._env is None:
             self._env = self._config.make()
             self._counter.live += 1
@@ -407,6 +417,7 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         self._episode_id = episode_id
         self._steps = 0
         self._info = info
+        self._delta_on = info_delta and self._config.info_delta
         obs = BudgetObservation(
             text=text,
             info=self._full_info(info),
@@ -417,9 +428,7 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         if request_id is not None:
             self._record(request_id, key, obs, _approx_size(obs.info))
         # A reset answer is whole: a client that reconnected (a new session) starts from it.
-        obs = self._wire(obs, delta=False)
-        self._raw = info
-        return obs
+        return self._whole(obs, info)
 
     def step(
         self, action: BudgetAction, timeout_s: float | None = None, **kwargs: Any
@@ -428,8 +437,8 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         if rid is not None:
             key = _digest("step", action.action)
             replayed = self._replay(rid, key)
-            if replayed is not None:
-                return self._wire(replayed.model_copy(update={"replayed": True}), delta=True)
+            if replayed is not None:  # a retry: its answer whole, whatever base it names
+                return self._whole(replayed, None, replayed=True)
         self._check_open()
         if self._env is None:
             raise RuntimeError(
@@ -439,15 +448,28 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         text, reward, terminated, truncated, info = self._env.step(action.action)
         self._steps += 1
         self._info = info
-        full, wire, delta, size = self._step_info(info, rid is not None)
+        base = action.info_base
+        allow = self._delta_on and base is not None and base == self._seq
+        full, wire, delta, size = self._step_info(info, allow, rid is not None)
         self._sent, self._raw = full, info
+        self._seq += 1
         terminated, truncated = bool(terminated), bool(truncated)
         text = text if type(text) is str else str(text)
         reward = float(reward)
         if rid is not None:
             whole = _observation(text, reward, terminated, truncated, full, rid, False)
             self._record(rid, key, whole, size)
-        return _observation(text, reward, terminated, truncated, wire, rid, delta)
+        return _observation(
+            text,
+            reward,
+            terminated,
+            truncated,
+            wire,
+            rid,
+            delta,
+            self._seq if self._delta_on else None,
+            base if delta else None,
+        )
 
     def _check_open(self) -> None:
         if self._closed:
@@ -459,11 +481,14 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         episode_id: str | None = None,
         options: dict[str, Any] | None = None,
         request_id: str | None = None,
+        info_delta: bool = False,
         **kwargs: Any,
     ) -> BudgetObservation:
         """:meth:`reset` through the server's lane; the first one (it builds the env) always
         runs on the worker thread."""
-        call = functools.partial(self.reset, seed, episode_id, options, request_id, **kwargs)
+        call = functools.partial(
+            self.reset, seed, episode_id, options, request_id, info_delta, **kwargs
+        )
         if self._env is None and not self._closed:
             return await self._lane.run("open", call, inline=False)
         return await self._lane.run("reset", call)
