@@ -94,7 +94,8 @@ class PolicyAgent:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_model=None, _tokenizer=None, _dialogue=None, _state=None)
+        # The generator holds the model: a pickled agent reloads both in its new process.
+        state.update(_model=None, _tokenizer=None, _dialogue=None, _state=None, _generator=None)
         return state
 
     def _load(self) -> None:
