@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -21,6 +22,7 @@ import textwrap
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,7 +33,13 @@ pytest.importorskip(
 )
 
 from contract_helpers import make, policy_action  # noqa: E402
-from service_helpers import budgetmix_serve, proc_status_kb, sessions, wait_until  # noqa: E402
+from service_helpers import (  # noqa: E402
+    budgetmix_serve,
+    free_port,
+    proc_status_kb,
+    sessions,
+    wait_until,
+)
 from websockets.sync.client import connect  # noqa: E402
 
 from budget_envs.service import BudgetAction, BudgetEnvClient, RemoteEnv  # noqa: E402
@@ -631,3 +639,27 @@ def test_vanished_clients_end_quietly(server, bystander):
     new = server.log()[len(log0) :]
     assert "Traceback" not in new and len(new.splitlines()) <= 1, new[-3000:]
     memory.check()
+
+
+def test_binding_beyond_loopback_warns(caplog, server):
+    from budget_envs.service.server import bind_warning, warn_if_exposed
+
+    for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2", "[::1]"):
+        assert bind_warning(host) is None, host
+    for host in ("0.0.0.0", "::", "192.168.1.20", "my-host.example"):
+        assert "no authentication" in bind_warning(host), host
+    with caplog.at_level(logging.WARNING, logger="budget_envs.service.server"):
+        assert warn_if_exposed("0.0.0.0") and not warn_if_exposed("127.0.0.1")
+    assert [r.getMessage() for r in caplog.records] == [bind_warning("0.0.0.0")]
+    assert "no authentication" not in server.log()  # served on loopback: no warning
+    # the command logs it before it binds: 192.0.2.1 (TEST-NET-1) is no address of this
+    # machine, so the bind then fails and nothing listens beyond loopback
+    exe = Path(sys.executable).with_name("budgetmix")
+    run = subprocess.run(
+        [str(exe), "serve", ENV_ID, "--host", "192.0.2.1", "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode != 0
+    assert bind_warning("192.0.2.1") in run.stderr, run.stderr[-2000:]

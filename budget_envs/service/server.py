@@ -32,6 +32,8 @@ from budget_envs.service._deps import require_openenv
 require_openenv()
 
 import functools  # noqa: E402
+import ipaddress  # noqa: E402
+import logging  # noqa: E402
 from typing import Any  # noqa: E402
 
 from openenv.core.env_server.http_server import HTTPEnvServer  # noqa: E402
@@ -62,10 +64,14 @@ __all__ = [
     "Guard",
     "ServeConfig",
     "SessionEnv",
+    "bind_warning",
     "create_app",
+    "warn_if_exposed",
     "run_app",
     "serve",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Sessions one server holds at once unless told otherwise.
 DEFAULT_MAX_SESSIONS = 64
@@ -198,6 +204,36 @@ def create_app(
     return app
 
 
+def bind_warning(host: str) -> str | None:
+    """What to tell whoever serves on ``host``, when it reaches beyond this machine's loopback:
+    the service has no authentication, so anyone who can reach the port can open sessions (and
+    use the server's CPU and memory). None for a loopback address."""
+    name = host.strip().strip("[]")
+    if name.lower() == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(name).is_loopback:
+            return None
+    except ValueError:  # a host name: it may resolve beyond loopback
+        pass
+    reach = "every network interface" if name in ("0.0.0.0", "::", "") else host
+    return (
+        f"serving on {reach}, beyond this machine's loopback: the service has no "
+        "authentication, so anyone who can reach the port can open sessions and use this "
+        "machine's CPU and memory; serve on 127.0.0.1 (the default) unless every machine on "
+        "that network is trusted"
+    )
+
+
+def warn_if_exposed(host: str) -> str | None:
+    """Log :func:`bind_warning`'s warning for ``host`` (when it reaches beyond loopback) on this
+    module's logger, and return it (:func:`run_app` calls this before it binds)."""
+    warning = bind_warning(host)
+    if warning is not None:
+        log.warning("%s", warning)
+    return warning
+
+
 def run_app(
     app: Any,
     *,
@@ -206,11 +242,14 @@ def run_app(
     log_level: str = "warning",
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> None:
-    """Run an ASGI app under uvicorn with the service's WebSocket settings until interrupted."""
+    """Run an ASGI app under uvicorn with the service's WebSocket settings until interrupted.
+
+    Binding beyond loopback logs :func:`bind_warning`'s warning first."""
     import gc
 
     import uvicorn
 
+    warn_if_exposed(host)
     # What is alive now (modules, the app, a host env) lives as long as the process: kept out
     # of the cyclic collector's scans, a full collection no longer stalls every session for
     # the time it takes to walk them (a quarter of a second with ToolUse loaded).
