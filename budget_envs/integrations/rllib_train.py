@@ -25,7 +25,7 @@ from typing import Any
 
 from budget_envs.integrations.common import DEFAULT_BUDGET
 
-__all__ = ["METRICS", "POLICY_FILE", "module_path", "read_metrics", "train"]
+__all__ = ["METRICS", "POLICY_FILE", "module_path", "read_metrics", "start_local_ray", "train"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +73,22 @@ def read_metrics(out_dir: str | os.PathLike) -> list[dict[str, float]]:
         return []
     with path.open(newline="") as f:
         return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def start_local_ray(num_cpus: int) -> None:
+    """Start the local Ray that training runs on: ``num_cpus`` CPUs, no dashboard, a 256 MiB
+    object store, the workers' logs kept out of the driver's output (and not deduplicated,
+    unless ``RAY_DEDUP_LOGS`` says otherwise). The caller checks ``ray.is_initialized()`` first
+    and shuts down what it started."""
+    import ray
+
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        object_store_memory=256 * 1024**2,
+        log_to_driver=False,
+    )
 
 
 def _plot(rows: list[dict[str, float]], path: Path, title: str) -> bool:
@@ -224,13 +240,7 @@ def train(
 
     started = not ray.is_initialized()
     if started:
-        os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-        ray.init(
-            num_cpus=num_cpus,
-            include_dashboard=False,
-            object_store_memory=256 * 1024**2,
-            log_to_driver=False,
-        )
+        start_local_ray(num_cpus)
     start = time.perf_counter()
     offset = rows[-1]["wall_s"] if rows else 0.0
     try:

@@ -6,7 +6,6 @@ whose records are compressed. A killed study is resumed by running it again.
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -50,7 +49,7 @@ def train_stage(
     policy sees turns left and T in its inputs, so each visible arm has its own warm start, run
     under the arm's budget: a fixed-T arm has seen only its T when PPO starts.
     """
-    from budget_envs.integrations.rllib_train import train
+    from budget_envs.integrations.rllib_train import start_local_ray, train
 
     jobs = [
         (fam, vis, seed, arm)
@@ -70,13 +69,7 @@ def train_stage(
     if started and any(
         not _trained(policy_root(out, f, v, s) / a, f.iterations) for f, v, s, a in jobs
     ):
-        os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-        ray.init(
-            num_cpus=num_cpus,
-            include_dashboard=False,
-            object_store_memory=256 * 1024**2,
-            log_to_driver=False,
-        )
+        start_local_ray(num_cpus)
     try:
         for fam, vis, seed, arm in jobs:
             root = policy_root(out, fam, vis, seed)
