@@ -17,7 +17,7 @@ from budget_envs.eval.metrics import bootstrap_pass_at_kt, prefix_difference
 from budget_envs.eval.outdir import ensure_dir, folder_errors
 from budget_envs.eval.report.figures import figure_class, save
 from budget_envs.eval.report.surfaces import GroupSurface, group_surfaces, label
-from budget_envs.eval.report.tables import grid_cells, slug, write_dicts
+from budget_envs.eval.report.tables import grid_cells, markdown_table, prefix_t, slug, write_dicts
 
 __all__ = ["Comparison", "compare_runs"]
 
@@ -253,17 +253,40 @@ def _write_comparison(results: list[Comparison], out: Path, figures: bool) -> No
             "first t turns replayed), per task then averaged over tasks, with the 95% paired "
             "bootstrap over tasks; by t and by the prefix's damage in oracle turns.",
             "",
-            "| env | A | B | prefix of | t | damage | pairs | tasks | A success | B success | "
-            "B - A | 95% interval |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
-        for r in prefix_rows:
-            t = "all" if r["prefix_turns"] < 0 else r["prefix_turns"]
-            md.append(
-                f"| {r['env_id']} | {r['A']} | {r['B']} | {r['source']} | {t} | {r['damage']} | "
-                f"{r['pairs']} | {r['tasks']} | {r['success_a']:.3f} | {r['success_b']:.3f} | "
-                f"{r['diff']:+.3f} | [{r['low']:+.3f}, {r['high']:+.3f}] |"
-            )
+        md += markdown_table(
+            [
+                "env",
+                "A",
+                "B",
+                "prefix of",
+                "t",
+                "damage",
+                "pairs",
+                "tasks",
+                "A success",
+                "B success",
+                "B - A",
+                "95% interval",
+            ],
+            (
+                [
+                    r["env_id"],
+                    r["A"],
+                    r["B"],
+                    r["source"],
+                    prefix_t(r),
+                    r["damage"],
+                    r["pairs"],
+                    r["tasks"],
+                    f"{r['success_a']:.3f}",
+                    f"{r['success_b']:.3f}",
+                    f"{r['diff']:+.3f}",
+                    f"[{r['low']:+.3f}, {r['high']:+.3f}]",
+                ]
+                for r in prefix_rows
+            ),
+        )
         md.append("")
     if figures and results:
         md += [f"![{name}]({name})" for name in _difference_figures(results, out)]

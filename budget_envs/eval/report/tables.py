@@ -7,7 +7,7 @@ and its rows, so a report writes both the section and its CSV.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,9 @@ from budget_envs.eval.metrics import prefix_table, recovery_by_cell
 __all__ = [
     "fmt",
     "grid_cells",
+    "markdown_table",
     "prefix_markdown",
+    "prefix_t",
     "recovery_by_cell_markdown",
     "slug",
     "write_dicts",
@@ -46,6 +48,26 @@ def write_dicts(path: Path, rows: list[dict[str, Any]]) -> Path:
             for row in rows:
                 w.writerow({k: (f"{v:.6f}" if isinstance(v, float) else v) for k, v in row.items()})
     return path
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    """The lines of a markdown table: the header, its rule, then one line per row.
+
+    Example:
+        >>> markdown_table(["t", "success"], [[1, "0.500"], ["all", "0.250"]])
+        ['| t | success |', '|---|---|', '| 1 | 0.500 |', '| all | 0.250 |']
+    """
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows),
+    ]
+
+
+def prefix_t(row: dict[str, Any]) -> int | str:
+    """The t of a prefix row: its prefix length, or ``"all"`` for a row over every t (the rows
+    by damage, whose ``prefix_turns`` is negative)."""
+    return "all" if row["prefix_turns"] < 0 else row["prefix_turns"]
 
 
 def grid_cells(
@@ -107,13 +129,21 @@ def prefix_markdown(records: Sequence[dict[str, Any]]) -> tuple[list[str], list[
         "prefix's damage in oracle turns (cost-to-go after the prefix + t - cost-to-go at the "
         f"start). Probes whose replay did not reach the recorded state: {unreached}.",
         "",
-        "| env | agent | prefix of | t | damage | probes | success | 95% interval |",
-        "|---|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
-        t = "all" if r["prefix_turns"] < 0 else r["prefix_turns"]
-        md.append(
-            f"| {r['env_id']} | {r['agent']} | {r['source']} | {t} | {r['damage']} | "
-            f"{r['probes']} | {r['success']:.3f} | [{r['low']:.3f}, {r['high']:.3f}] |"
-        )
+    md += markdown_table(
+        ["env", "agent", "prefix of", "t", "damage", "probes", "success", "95% interval"],
+        (
+            [
+                r["env_id"],
+                r["agent"],
+                r["source"],
+                prefix_t(r),
+                r["damage"],
+                r["probes"],
+                f"{r['success']:.3f}",
+                f"[{r['low']:.3f}, {r['high']:.3f}]",
+            ]
+            for r in rows
+        ),
+    )
     return md + [""], rows
