@@ -180,26 +180,28 @@ class SessionTable:
         self.expired += 1
         self._drop(session)
 
-    def _drop(self, session: Session) -> None:
-        """Remove ``session`` from the table and close its env in the background."""
+    def _detach(self, session: Session) -> bool:
+        """Take ``session`` out of the table and its pool's count; False if it was not there."""
         if self._sessions.pop(session.id, None) is None:
-            return
+            return False
         self._count[self._pool(session.route)] -= 1
         if session.timer is not None:
             session.timer.cancel()
             session.timer = None
+        return True
+
+    def _drop(self, session: Session) -> None:
+        """Remove ``session`` from the table and close its env in the background."""
+        if not self._detach(session):
+            return
         task = asyncio.get_running_loop().create_task(self._close(session))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
     async def release(self, session: Session) -> None:
         """End ``session`` (its holder is done with it) and close its env."""
-        if self._sessions.pop(session.id, None) is None:
+        if not self._detach(session):
             return
-        self._count[self._pool(session.route)] -= 1
-        if session.timer is not None:
-            session.timer.cancel()
-            session.timer = None
         # shielded: a cancelled handler (the server stopping) still frees the env
         await asyncio.shield(self._close(session))
 
