@@ -294,6 +294,26 @@ def test_invalid_actions_leave_the_state(env, bad):
     assert obs.startswith("Invalid action")
 
 
+def test_an_action_over_the_shops_request_limit_is_an_invalid_turn(env):
+    # 5,461 astral characters pass the core's length check but take 65,532 bytes as JSON:
+    # the server would answer 413. The env refuses it as a turn, faulty or not (an http_error
+    # fault drops the turn before the action counts, as for any action).
+    env.reset(options={"task_id": "L1-0000"})
+    before = env.current_info()["state_hash"]
+    for fault in (None, "stale_page", "out_of_stock", "http_error"):
+        if fault is not None:
+            env.arm_fault(fault, np.random.default_rng(0))
+        obs, reward, terminated, truncated, info = env.step("\U00010000" * 5461)
+        if fault == "http_error":
+            assert info["fault"]["effect"] == "dropped" and obs.startswith("HTTP 5")
+        else:
+            assert info["invalid_action"] and "over the shop's limit" in obs, fault
+        assert info["state_hash"] == before and reward == 0.0 and not terminated
+    # ASCII up to the core's limit fits the request: the shop itself answers it.
+    obs = env.step("search[" + "shampoo " * 2000 + "]")[0]
+    assert "over the shop's limit" not in obs and env.current_info()["state_hash"] == before
+
+
 def test_search_survives_fts_syntax(env):
     env.reset(options={"task_id": "L1-0000"})
     for q in ['" OR "', "NEAR(a b)", "shampoo AND", "*", "col:title", "'; DROP TABLE docs; --"]:

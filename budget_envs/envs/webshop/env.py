@@ -23,6 +23,7 @@ import numpy as np
 
 from budget_envs._util import UNSEEN_SPLIT, check_int, check_levels, check_split, split_seed
 from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
+from budget_envs.envs.webshop.app import MAX_BODY
 from budget_envs.envs.webshop.oracle import oracle
 from budget_envs.envs.webshop.scoring import SCORING_MODES
 from budget_envs.envs.webshop.shop import SEP
@@ -37,6 +38,9 @@ _FAULTS = ("http_error", "stale_page", "slow_response", "out_of_stock", "deliste
 #: The permanent kinds and the session-state list each one grows.
 _PERMANENT = {"out_of_stock": "out_of_stock", "delisted": "delisted"}
 _REASONS = {500: "Internal Server Error", 503: "Service Unavailable"}
+#: Largest action, as the JSON text a step request carries, that fits the shop's request body
+#: limit with room for the rest of the request (a fault).
+_ACTION_JSON_BYTES = MAX_BODY - 1024
 
 
 _PRICE = re.compile(r",?\s*(?:and |with )?(?:a total )?price lower than [0-9.]+ dollars:?")
@@ -459,6 +463,20 @@ class WebShopEnv(TextAgentEnv):
             raise ActionRejected(data["feedback"])
         reward = self._after(data)
         return self._view, reward
+
+    def check_action(self, action: Any) -> str | None:
+        """The core's checks, then the shop's request limit: an action whose step request would
+        be over the server's body limit (non-ASCII text takes up to 12 bytes a character as
+        JSON) is refused as a turn, where the server would answer 413."""
+        problem = super().check_action(action)
+        if problem is None and len(action) * 12 > _ACTION_JSON_BYTES:
+            size = len(json.dumps(action))
+            if size > _ACTION_JSON_BYTES:
+                return (
+                    f"Invalid action: it takes {size} bytes as JSON, over the shop's limit of "
+                    f"{_ACTION_JSON_BYTES}. Send a shorter action."
+                )
+        return problem
 
     def _goal(self) -> str:
         return self._task.instruction if self._task is not None else ""
