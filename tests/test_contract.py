@@ -40,6 +40,8 @@ BAD_ACTIONS = [
     "[" * 5000,
     "<script>alert(1)</script>",
     "\x1b[31mred\x1b[0m",
+    "\\help",  # an interpreter's own command prefix (dumb-frotz)
+    " \\x",
 ]
 
 

@@ -538,3 +538,17 @@ def test_prepare_keeps_cached_games_and_checks_its_argument(cache):
     assert {env.game_path(t) for t in env.task_ids} <= set(before)
     with pytest.raises(TypeError, match="prepare must be a bool, got 'yes'"):
         TextWorldEnv(level=1, cache_dir=cache, prepare="yes")
+
+
+@pytest.mark.parametrize("action", ["\\help", " \\x", "\\", "take \\coin"])
+def test_backslash_commands_are_refused_not_run(action):
+    """dumb-frotz takes a line starting with a backslash as its own command (\\help prints to the
+    process's stdout, others hang waiting for input): the env refuses any backslash."""
+    env = gym.make("BudgetMix/TextWorld-v0", level=1, tasks_per_level=2, budget=None)
+    env.reset(seed=0, options={"task_id": 0})
+    before, *_ = env.step("look")
+    obs, reward, terminated, truncated, info = env.step(action)
+    assert info["invalid_action"] and "backslash" in obs
+    after, *_ = env.step("look")
+    assert after == before  # the interpreter still answers, in the same state
+    env.close()

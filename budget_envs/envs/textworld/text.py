@@ -82,11 +82,19 @@ def meta_verb(command: str) -> str | None:
 
 def check_command(action: str) -> None:
     """Raise :class:`~budget_envs.errors.ActionRejected` (the turn's feedback) if ``action`` is
-    not plain ASCII, is over :data:`MAX_COMMAND_BYTES` or uses a game-system verb."""
+    not plain ASCII, holds a backslash (the interpreter's own command prefix), is over
+    :data:`MAX_COMMAND_BYTES` or uses a game-system verb."""
     if not action.isascii():
         raise ActionRejected(
             "Invalid action: the game only reads plain ASCII text. Rephrase without accents "
             "or symbols."
+        )
+    if "\\" in action:
+        # dumb-frotz reads a line that starts with a backslash as one of its own commands
+        # (\help prints to the process's stdout, others wait forever for more input).
+        raise ActionRejected(
+            "Invalid action: the game does not read backslashes (the interpreter takes them as "
+            "its own commands). Send an in-game command without one."
         )
     if len(action.strip()) > MAX_COMMAND_BYTES:
         raise ActionRejected(
