@@ -20,6 +20,10 @@ from collections.abc import Sequence
 from gymnasium import error as _gym_error
 
 __all__ = [
+    "SessionRefused",
+    "SessionClosed",
+    "MessageError",
+    "CapacityError",
     "ActionRejected",
     "AgentError",
     "BudgetEnvsError",
@@ -225,3 +229,26 @@ class UnknownAgent(BudgetEnvsError, ValueError):
         super().__init__(message)
         self.agent = agent
         self.agents = list(agents)
+
+
+class MessageError(BudgetEnvsError, ValueError):
+    """A served env's message has wrong fields (the service answers ``VALIDATION_ERROR``);
+    nothing ran and the session is as it was."""
+
+
+class SessionClosed(BudgetEnvsError, RuntimeError):
+    """A served session was closed: it builds no env again (open a new session)."""
+
+
+class CapacityError(BudgetEnvsError, RuntimeError):
+    """A served route's sessions are all taken (``CAPACITY_REACHED``)."""
+
+    def __init__(self, message: str, active: int, maximum: int) -> None:
+        super().__init__(message)
+        self.active = active
+        self.maximum = maximum
+
+
+class SessionRefused(BudgetEnvsError, RuntimeError):
+    """A request names a served session it may not use (unknown, held by a socket, attached
+    before)."""

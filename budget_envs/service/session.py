@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 from openenv.core.env_server.interfaces import Environment  # noqa: E402
 from openenv.core.env_server.types import EnvironmentMetadata  # noqa: E402
 
+from budget_envs.errors import MessageError, SessionClosed  # noqa: E402
 from budget_envs.registry import DEFAULT_BUDGET, entry_for  # noqa: E402
 from budget_envs.service.lane import EnvLane  # noqa: E402
 from budget_envs.service.models import (  # noqa: E402
@@ -56,14 +57,6 @@ REPLAY_BYTES = 1 << 20
 _ANSWER_OVERHEAD = 2048
 #: Longest episode id accepted at reset, in characters.
 MAX_EPISODE_ID = 255
-
-
-class MessageError(ValueError):
-    """A message's fields are wrong (the service answers ``VALIDATION_ERROR``); nothing ran."""
-
-
-class SessionClosed(RuntimeError):
-    """The session was closed: it builds no env again (open a new session)."""
 
 
 class EnvCounter:

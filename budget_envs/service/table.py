@@ -12,6 +12,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from budget_envs.errors import CapacityError, SessionRefused
+
 __all__ = ["CapacityError", "Session", "SessionRefused", "SessionTable", "http_cap"]
 
 log = logging.getLogger(__name__)
@@ -21,19 +23,6 @@ def http_cap(max_sessions: int) -> int:
     """Sessions made over HTTP (``/mcp``'s ``openenv/session/create``, ``POST /reset``) held at
     once: a quarter of ``max_sessions``, at least one."""
     return max(1, max_sessions // 4)
-
-
-class CapacityError(RuntimeError):
-    """The route's sessions are all taken (``CAPACITY_REACHED``)."""
-
-    def __init__(self, message: str, active: int, maximum: int) -> None:
-        super().__init__(message)
-        self.active = active
-        self.maximum = maximum
-
-
-class SessionRefused(RuntimeError):
-    """A request names a session it may not use (unknown, held by a socket, attached before)."""
 
 
 class Session:
