@@ -271,22 +271,28 @@ def _slow_connection(server):
     return sock
 
 
+def _server_threads(server):
+    """Threads of this shop server (its loop and its workers, named by its port): counted by
+    name, so threads other tests leave starting or ending in this process do not count."""
+    worker, loop = f"webshop-worker-{server.port}-", f"webshop-server-{server.port}"
+    return sum(1 for t in threading.enumerate() if t.name.startswith(worker) or t.name == loop)
+
+
 def test_slow_connections_hold_no_threads_and_the_env_keeps_stepping():
-    baseline = threading.active_count()
     server = ShopServer.start(seed=0, workers=8)
     slow = []
     try:
         env = WebShopEnv(base_url=server.base_url, level=2)
         env.reset(options={"task_id": 0})
-        serving = threading.active_count()
-        assert serving - baseline == server.threads == 9
+        serving = _server_threads(server)
+        assert serving == server.threads == 9
         peak = serving
         for _ in range(300):
             slow.append(_slow_connection(server))
-            peak = max(peak, threading.active_count())
+            peak = max(peak, _server_threads(server))
         while not env.done:  # every turn answered while 300 requests hang half-sent
             obs, reward, terminated, truncated, info = env.step(env.oracle_actions()[0])
-            peak = max(peak, threading.active_count())
+            peak = max(peak, _server_threads(server))
             assert not info["invalid_action"]
         assert env.won
         assert server.connections >= 301  # the slow ones are open, and cost no thread

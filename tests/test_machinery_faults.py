@@ -249,13 +249,28 @@ _SUBREAPER = textwrap.dedent(
     child = int(parent.stdout.readline())
     parent.kill()
     parent.wait()
+
+    def poll():
+        # (pid, status); (0, 0) while it runs. The orphan is re-parented to this process as its
+        # parent exits; until the kernel has done so, waitpid says it is not our child.
+        give_up = time.monotonic() + 10
+        while True:
+            try:
+                return os.waitpid(child, os.WNOHANG)
+            except ChildProcessError:
+                if time.monotonic() > give_up:
+                    raise
+                time.sleep(0.01)
+
     # A parent-death signal is sent while the parent exits, before wait() returns.
-    out = {"alive_after_parent": os.waitpid(child, os.WNOHANG) == (0, 0)}
+    first = poll()
+    out = {"alive_after_parent": first == (0, 0)}
     if use_prctl == "0":
         os.kill(child, signal.SIGKILL)
     deadline = time.monotonic() + 60
     while True:
-        pid, status = os.waitpid(child, os.WNOHANG)
+        pid, status = first if first[0] else poll()
+        first = (0, 0)
         if pid:
             break
         if time.monotonic() > deadline:  # never signalled: end it so the test can report
