@@ -91,9 +91,13 @@ def _register_shared_memory() -> None:
         codes = np.full(size, len(space.character_set), dtype=np.int32)
         value = value[:size]
         if value.isascii():  # every observation of the suite: one table lookup
-            table = np.full(128, len(space.character_set), dtype=np.int32)
-            for i, c in enumerate(space.character_list):
-                table[ord(c)] = i
+            table = space.__dict__.get("_ascii_codes")
+            if table is None:  # built once per space, not on every step
+                table = np.full(128, len(space.character_set), dtype=np.int32)
+                for i, c in enumerate(space.character_list):
+                    if ord(c) < 128:
+                        table[ord(c)] = i
+                space._ascii_codes = table
             codes[: len(value)] = table[np.frombuffer(value.encode("ascii"), dtype=np.uint8)]
         else:
             for i, c in enumerate(value):
