@@ -1,10 +1,16 @@
 """Web shop speed: an env step over HTTP vs a bare keep-alive GET, search p50, steps/s.
 
-Run: ``.venv/bin/python -m pytest benchmarks/bench_webshop.py --benchmark-only -p no:cacheprovider``
+Run: ``.venv/bin/python -m pytest benchmarks/bench_webshop.py --benchmark-only -s
+-p no:cacheprovider``
 
 Goals (issue 4): env step <= 2x a bare keep-alive GET to the same server; search p50 <= 5 ms on
 10,000 products; >= 500 steps/s with several clients on 2 cores. The ratios and rates are put
 in ``extra_info`` and logged by ``test_report``.
+
+``test_random_candidate_loop`` is the step a training loop takes: level 2, a new task every
+episode (cycling through 1,000), each action a seeded random pick among
+``info["candidate_actions"]`` (searches, result and option clicks, sub-pages, back, buy), at
+most 15 steps an episode; the steps are timed, the resets not.
 """
 
 from __future__ import annotations
@@ -102,6 +108,51 @@ def test_step_over_get_ratio_paired(benchmark, server, item_env):
     RESULTS["step_over_get_paired"] = ratio(walls)
     RESULTS["step_over_get_cpu"] = ratio(cpus)
     benchmark.extra_info.update(step_over_get_paired=ratio(walls), step_over_get_cpu=ratio(cpus))
+
+
+LOOP_STEPS = 2000
+
+
+def _candidate_loop(env, rng, steps):
+    """``steps`` env steps of random candidate picks; returns the seconds spent in ``step``."""
+    spent, n = 0.0, 0
+    while n < steps:
+        tid = env.task_ids[int(rng.integers(len(env.task_ids)))]
+        _, info = env.reset(options={"task_id": tid})
+        for _ in range(15):
+            cands = info["candidate_actions"]
+            action = cands[int(rng.integers(len(cands)))]
+            t0 = time.perf_counter()
+            _, _, terminated, truncated, info = env.step(action)
+            spent += time.perf_counter() - t0
+            n += 1
+            if terminated or truncated or n >= steps:
+                break
+    return spent
+
+
+def test_random_candidate_loop(benchmark, server):
+    """Steps of a training-like loop: random picks among the candidates, many level-2 tasks."""
+    import numpy as np
+
+    env = WebShopEnv(base_url=server.base_url, level=2)
+    _candidate_loop(env, np.random.default_rng(1), 300)  # warm: connection, code paths
+    per_step: list[float] = []
+    cpu: list[float] = []
+
+    def run():
+        c0 = time.process_time()
+        per_step.append(_candidate_loop(env, np.random.default_rng(len(per_step)), LOOP_STEPS))
+        cpu.append(time.process_time() - c0)
+
+    benchmark.pedantic(run, rounds=3, iterations=1)
+    env.close()
+    RESULTS["loop_step"] = min(per_step) / LOOP_STEPS
+    # CPU of this process (client and the in-process server threads), resets included
+    RESULTS["loop_cpu_step"] = min(cpu) / LOOP_STEPS
+    benchmark.extra_info.update(
+        loop_step_ms=RESULTS["loop_step"] * 1e3, loop_cpu_step_ms=RESULTS["loop_cpu_step"] * 1e3
+    )
 
 
 def test_env_search_step_over_http(benchmark, server):
@@ -240,12 +291,15 @@ def test_report(benchmark):
     benchmark(lambda: None)
     if "bare_get" in RESULTS and "env_step" in RESULTS:
         RESULTS["step_over_get"] = RESULTS["env_step"] / RESULTS["bare_get"]
+    if "bare_get" in RESULTS and "loop_step" in RESULTS:
+        RESULTS["loop_step_over_get"] = RESULTS["loop_step"] / RESULTS["bare_get"]
     benchmark.extra_info.update(RESULTS)
     print(
         "\nwebshop figures:",
         {
             k: round(v * 1000, 3)
-            if k in ("bare_get", "env_step", "search", "search_and_back")
+            if k
+            in ("bare_get", "env_step", "search", "search_and_back", "loop_step", "loop_cpu_step")
             else round(v, 2)
             for k, v in RESULTS.items()
         },
