@@ -294,6 +294,58 @@ def test_invalid_actions_leave_the_state(env, bad):
     assert obs.startswith("Invalid action")
 
 
+#: The digest of :func:`_mixed_transcript` recorded before the HTTP path was made leaner
+#: (requests.Session replaced by one kept-alive http.client connection): the same
+#: observations, rewards, flags, info (``state_hash`` included) to the byte.
+MIXED_TRANSCRIPT_SHA256 = "a9606a147ac91dab4ee28c52dfa8b50c42d99f9a63c18bd5260e415cbe8f55d0"
+
+
+def _mixed_transcript(env, seed: int = 7, episodes: int = 6) -> tuple[str, list[str]]:
+    """A seeded stream of episodes on random level-2 tasks, as a training client plays them:
+    oracle steps, random picks among ``info["candidate_actions"]``, invalid clicks and random
+    admissible actions. Returns the SHA-256 of every turn (JSON) and the actions played."""
+    rng = np.random.default_rng(seed)
+    h = hashlib.sha256()
+    played: list[str] = []
+
+    def put(x):
+        h.update(json.dumps(x, sort_keys=True, default=repr).encode())
+        h.update(b"\n")
+
+    for _ in range(episodes):
+        tid = env.task_ids[int(rng.integers(len(env.task_ids)))]
+        obs, info = env.reset(seed=int(rng.integers(1 << 30)), options={"task_id": tid})
+        put([obs, info])
+        for _ in range(25):
+            u = rng.random()
+            if u < 0.3:
+                action = env.oracle_actions()[0]
+            elif u < 0.8:
+                cands = info["candidate_actions"]
+                action = cands[int(rng.integers(len(cands)))]
+            elif u < 0.9:
+                action = "click[no such button]"
+            else:
+                action = env.sample_action(rng)
+            out = env.step(action)
+            put([action, *out])
+            played.append(action)
+            info = out[4]
+            if out[2] or out[3]:
+                break
+    return h.hexdigest(), played
+
+
+def test_a_seeded_mixed_episode_stream_gives_the_recorded_transcript(server):
+    env = WebShopEnv(base_url=server.base_url, level=2)
+    digest, played = _mixed_transcript(env)
+    env.close()
+    # what the stream covers: searches, clicks, invalid turns and purchases
+    assert {a.split("[", 1)[0] for a in played} == {"search", "click"}
+    assert "click[no such button]" in played and "click[buy now]" in played
+    assert digest == MIXED_TRANSCRIPT_SHA256
+
+
 def test_an_action_over_the_shops_request_limit_is_an_invalid_turn(env):
     # 5,461 astral characters pass the core's length check but take 65,532 bytes as JSON:
     # the server would answer 413. The env refuses it as a turn, faulty or not (an http_error
