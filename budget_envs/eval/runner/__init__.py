@@ -14,8 +14,9 @@ The runner is split by concern: :mod:`.plan` (plans and jobs), :mod:`.episode` a
 (the drivers), :mod:`.prefix` (replays of failed prefixes, run after a plan's episodes),
 :mod:`.worker` (per-process state), :mod:`.inprocess` (the in-process back end),
 :mod:`.async_driver` (async agents' episodes, concurrently), :mod:`.local` (worker processes),
-:mod:`.ray_backend` (episodes on Ray env actors), :mod:`.records` (JSONL records) and :mod:`.run`
-(a whole run). Every public name is importable from here.
+:mod:`.ray_backend` (episodes on Ray env actors), :mod:`.records` (JSONL records),
+:mod:`.shown` and :mod:`.transcripts` (episodes as chat rows, ``transcripts.jsonl``) and
+:mod:`.run` (a whole run). Every public name is importable from here.
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ from budget_envs.eval.runner.records import (
     load_records,
 )
 from budget_envs.eval.runner.run import RunResult, run_plan
+from budget_envs.eval.runner.transcripts import (
+    TRANSCRIPTS_FILE,
+    load_transcripts,
+    replay_row,
+    transcript_features,
+)
 
 __all__ = [
     "EpisodeJob",
@@ -56,15 +63,19 @@ __all__ = [
     "ProbeRecord",
     "RECORDS_FILE",
     "CONFIG_FILE",
+    "TRANSCRIPTS_FILE",
     "agrees",
     "default_t_max",
     "episode_seed",
     "load_records",
+    "load_transcripts",
     "plan_jobs",
+    "replay_row",
     "run_episode",
     "run_jobs",
     "run_plan",
     "run_probe",
     "select_tasks",
     "transcript",
+    "transcript_features",
 ]

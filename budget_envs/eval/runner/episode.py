@@ -20,6 +20,7 @@ from budget_envs.eval.runner.records import (
     first_success,
     obs_digest,
 )
+from budget_envs.eval.runner.shown import EpisodeShown
 
 __all__ = ["agent_error", "agrees", "run_episode", "transcript"]
 
@@ -82,6 +83,8 @@ class EpisodeLog:
         self.hashes: list[str | None] = []
         self.turns = 0
         self.info: Mapping[str, Any] = {}
+        #: What the episode showed, for ``transcripts.jsonl`` (only when the job asks for it).
+        self.shown: EpisodeShown | None = None
 
     def reset(self) -> tuple[str, Mapping[str, Any]]:
         """Reset the env to the job's task, seed and budget."""
@@ -89,6 +92,8 @@ class EpisodeLog:
         obs, self.info = self.env.reset(
             seed=job.seed, options={"task_id": job.task_index, "budget": job.budget}
         )
+        if getattr(job, "transcript", False):
+            self.shown = EpisodeShown(job.env_id, obs, self.info)
         return obs, self.info
 
     def step(
@@ -99,7 +104,9 @@ class EpisodeLog:
         if self.agreement is not None:
             oracle = best()
             self.agreement.append(agrees(action, oracle) if oracle else None)
-        obs, _, terminated, truncated, info = self.env.step(action)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if self.shown is not None:
+            self.shown.turn(obs, reward, info)
         self.actions.append(action if isinstance(action, str) else repr(action))
         self.digests.append(obs_digest(obs))
         self.costs.append(int(self.unwrapped.cost_to_go()) if self.track else None)
@@ -129,6 +136,7 @@ class EpisodeLog:
             obs_digests=self.digests,
             costs=self.costs,
             state_hashes=self.hashes,
+            transcript=None if self.shown is None else self.shown.as_dict(),
         )
 
 

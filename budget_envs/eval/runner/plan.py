@@ -44,6 +44,8 @@ class EpisodeJob:
     fault_turn: int | None = None
     fault_kinds: tuple[str, ...] | None = None
     track_oracle: bool = True
+    #: Keep the episode's observations for ``transcripts.jsonl`` (not part of the key).
+    transcript: bool = False
 
     @property
     def key(self) -> str:
@@ -151,6 +153,8 @@ class EvalPlan:
             which ``compare`` pairs).
         prefix_episodes: at most this many failed episodes per env and source agent, dealt
             round-robin over the tasks (None = all).
+        transcripts: also write every episode as a chat row into ``transcripts.jsonl``
+            (:mod:`budget_envs.eval.runner.transcripts`).
     """
 
     env_ids: list[str]
@@ -168,6 +172,7 @@ class EvalPlan:
     prefix_turns: list[int] = field(default_factory=list)
     prefix_from: str | None = None
     prefix_episodes: int | None = 20
+    transcripts: bool = False
 
     def __post_init__(self) -> None:
         if not self.env_ids:
@@ -199,6 +204,8 @@ class EvalPlan:
                 raise ValueError(f"fault_turns must be ints >= 1, got {self.fault_turns!r}")
         if not isinstance(self.visibility, str):
             raise TypeError(f"visibility must be a string, got {self.visibility!r}")
+        if not isinstance(self.transcripts, bool):
+            raise TypeError(f"transcripts must be True or False, got {self.transcripts!r}")
         for t in self.prefix_turns:
             if isinstance(t, bool) or not isinstance(t, int) or t < 1:
                 raise ValueError(f"prefix_turns must be ints >= 1, got {self.prefix_turns!r}")
@@ -374,6 +381,7 @@ def plan_jobs(
                                     if fault_turn is None
                                     else tuple(plan.fault_kinds),
                                     track_oracle=plan.track_oracle,
+                                    transcript=plan.transcripts,
                                 )
                             )
                 for t in range(plan.probe_states):

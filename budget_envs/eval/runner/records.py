@@ -15,7 +15,7 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ __all__ = [
     "load_records",
     "prefix_record",
     "probe_record",
+    "record_json",
     "scan_records",
 ]
 
@@ -103,6 +104,10 @@ class EpisodeRecord:
     #: Per turn: ``info["state_hash"]`` after it (None where the env gives none); a replayed
     #: prefix must reach the same hash at its turn t.
     state_hashes: list[str | None] | None = None
+    #: When the plan asks for transcripts: what the episode showed (the reset's system prompt,
+    #: first message and tools, every observation, per-turn budget and faults), which the driver
+    #: writes to ``transcripts.jsonl`` (:mod:`.transcripts`); never written to ``records.jsonl``.
+    transcript: dict[str, Any] | None = field(default=None, repr=False, metadata={"jsonl": False})
 
 
 @dataclass
@@ -381,6 +386,15 @@ def drop_torn_tail(path: Path) -> None:
             fh.truncate(cut)
 
 
+def record_json(record: Any) -> dict[str, Any]:
+    """A record as its ``records.jsonl`` line holds it (fields marked ``jsonl: False`` left out)."""
+    if isinstance(record, dict):
+        return record
+    return {
+        f.name: getattr(record, f.name) for f in fields(record) if f.metadata.get("jsonl", True)
+    }
+
+
 class RecordsWriter:
     """Append records to a run's ``records.jsonl``, one whole line each, or fail cleanly.
 
@@ -397,9 +411,7 @@ class RecordsWriter:
 
     def write(self, record: Any) -> None:
         """Append ``record`` (a record dataclass or a dict) as one JSON line."""
-        data = (
-            json.dumps(asdict(record) if not isinstance(record, dict) else record) + "\n"
-        ).encode()
+        data = (json.dumps(record_json(record)) + "\n").encode()
         start = self._fh.seek(0, os.SEEK_END)
         view = memoryview(data)
         try:

@@ -33,6 +33,7 @@ from budget_envs.eval.runner.records import (
     load_records,
     scan_records,
 )
+from budget_envs.eval.runner.transcripts import TRANSCRIPTS_FILE, open_transcripts
 
 __all__ = ["RunResult", "run_plan"]
 
@@ -88,6 +89,8 @@ def run_plan(
     Agents with a ``preflight()`` (the chat agent) are checked first: an unusable endpoint
     raises :class:`~budget_envs.errors.PreflightError` before anything is written. Episodes of
     async agents run concurrently in each process (``concurrency`` requests in flight).
+    A plan with ``transcripts`` also writes each episode's chat row to ``transcripts.jsonl``
+    (:mod:`~budget_envs.eval.runner.transcripts`), kept in step with the records on resume.
     A plan with ``prefix_turns`` then runs its prefix probes on the failed episodes just
     recorded (:func:`~budget_envs.eval.runner.prefix.plan_prefix_jobs`), on the same back end.
         on_start(total, skipped) and on_record(record): progress hooks (the CLI's progress bar);
@@ -126,7 +129,18 @@ def run_plan(
             on_start(len(all_jobs), skipped)
         ran = errors = 0
         prefix_total = 0
-        with _writer(records_path) as out:
+        transcripts = None
+        if plan.transcripts or (run_dir / TRANSCRIPTS_FILE).exists():
+            transcripts = open_transcripts(
+                run_dir,
+                [r for r in records if r["key"] in done_keys],
+                env_kwargs=plan.env_kwargs,
+                agents=plan.agents,
+                write=plan.transcripts,
+            )
+        with _writer(records_path) as out, contextlib.ExitStack() as stack:
+            if transcripts is not None:
+                stack.enter_context(transcripts)
             for phase in ("episodes", "prefix"):
                 if phase == "prefix":
                     if not plan.prefix_turns:
@@ -140,6 +154,10 @@ def run_plan(
                 stream = _stream(plan, jobs, workers, ray, chunk, start_method)
                 try:
                     for record in stream:
+                        if transcripts is not None:
+                            # First the row: a kill before its record leaves a row that the
+                            # resume drops, never a recorded episode without its row.
+                            transcripts.write(record)
                         out.write(record)
                         ran += 1
                         errors += bool(record.error)
