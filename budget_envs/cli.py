@@ -1,5 +1,5 @@
 """The ``budgetmix`` command line: list, play, eval, report, compare, demo, train, study, prepare,
-serve, serve-web, export-webshop.
+serve, serve-web, export-webshop, export-sft.
 
 This module only parses the arguments and dispatches: each command's work is ``cmd_<name>`` in
 its module of :mod:`budget_envs.commands` (the demo's computations are :mod:`budget_envs.demo`).
@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from budget_envs.commands.demo import cmd_demo
 from budget_envs.commands.eval import cmd_eval
+from budget_envs.commands.export_sft import cmd_export_sft
 from budget_envs.commands.listing import cmd_list
 from budget_envs.commands.play import cmd_play
 from budget_envs.commands.prepare import cmd_prepare
@@ -43,6 +44,7 @@ HANDLERS = {
     "serve": cmd_serve,
     "train": cmd_train,
     "study": cmd_study,
+    "export-sft": cmd_export_sft,
 }
 
 
@@ -179,6 +181,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--resume", action="store_true", help="continue RUN, skipping finished episodes")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
+    e.add_argument(
+        "--save-transcripts",
+        action="store_true",
+        help="also write RUN/transcripts.jsonl: every episode as an OpenAI-style chat row",
+    )
+
+    x = sub.add_parser("export-sft", help="oracle demonstrations as chat rows, DIR/SPLIT.jsonl")
+    x.add_argument("env_id", metavar="ENV_ID")
+    x.add_argument("--tasks", type=int, required=True, help="N tasks, spread over the levels")
+    x.add_argument("--out", required=True, metavar="DIR", help="folder of SPLIT.jsonl")
+    x.add_argument("--split", default="train", choices=("train", "valid", "test", "test_unseen"))
+    x.add_argument(
+        "--agent",
+        default="oracle",
+        help="oracle (default), oracle-eps (epsilon 0.3 random turns), oracle-eps0.1, or any "
+        "eval agent spec",
+    )
+    x.add_argument("--budget", type=int, default=None, help="turn budget (default: the env's)")
+    x.add_argument("--visibility", default="hidden", help="hidden, remaining, final_warning")
+    x.add_argument("--env-kwargs", type=_json_dict, default=None, help="JSON constructor kwargs")
+    x.add_argument("--seed", type=int, default=0)
+    x.add_argument("--quiet", action="store_true", help="no progress bar")
 
     r = sub.add_parser("report", help="tables and figures of a run")
     r.add_argument("run", metavar="RUN")

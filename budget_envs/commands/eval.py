@@ -121,7 +121,7 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         RecordsWriteError,
         RunInUse,
     )
-    from budget_envs.eval.runner import EvalPlan, load_records, run_plan
+    from budget_envs.eval.runner import TRANSCRIPTS_FILE, EvalPlan, load_records, run_plan
     from budget_envs.eval.runner.ray_backend import RayUnavailable
 
     check_env_ids(args.env_ids)
@@ -150,6 +150,7 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             prefix_turns=args.prefix_turns or [],
             prefix_from=prefix_from,
             prefix_episodes=args.prefix_episodes,
+            transcripts=bool(getattr(args, "save_transcripts", False)),
         )
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None
@@ -187,6 +188,8 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         f"{result.errors} errors{prefix}).",
         file=out,
     )
+    if plan.transcripts:
+        print(f"Transcripts: {Path(result.run_dir) / TRANSCRIPTS_FILE}", file=out)
     if plan.prefix_turns and not result.prefix_total:
         print(
             "warning: no prefix probe ran: the source agent has no failed episode longer than "
