@@ -1,8 +1,9 @@
 """``BudgetMix/WebShop-v0``: WebShop-style shopping over real HTTP against the shop server.
 
-The env holds no catalogue: every reset, step, snapshot and restore is an HTTP request (one
-keep-alive ``requests.Session``) to the server at ``base_url``. Without ``base_url`` the env
-starts its own server on a free loopback port in a background thread and stops it on close.
+The env holds no catalogue: every reset, step, snapshot and restore is an HTTP request (over
+one kept-alive connection, :class:`~budget_envs.envs.webshop.client.ShopConnection`) to the
+server at ``base_url``. Without ``base_url`` the env starts its own server on a free loopback
+port in a background thread and stops it on close.
 
 The env owns its episode, not the server: it keeps the session state of every answer, so when
 the server no longer has its session (other clients' sessions pushed it out of the server's
@@ -24,6 +25,7 @@ import numpy as np
 from budget_envs._util import UNSEEN_SPLIT, check_int, check_levels, check_split, split_seed
 from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.envs.webshop.app import MAX_BODY
+from budget_envs.envs.webshop.client import CONNECTION_ERRORS, ShopConnection
 from budget_envs.envs.webshop.oracle import oracle
 from budget_envs.envs.webshop.scoring import SCORING_MODES
 from budget_envs.envs.webshop.shop import SEP
@@ -261,11 +263,9 @@ class WebShopEnv(TextAgentEnv):
         self._start_server()
         return self._server.base_url
 
-    def _session(self):
+    def _session(self) -> ShopConnection:
         if self._http is None:
-            import requests
-
-            self._http = requests.Session()
+            self._http = ShopConnection(self.timeout)
             self._check_server()
         return self._http
 
@@ -291,13 +291,11 @@ class WebShopEnv(TextAgentEnv):
     def _request(
         self, method: str, path: str, json: Any = None, ok: tuple[int, ...] = (200, 201, 204)
     ) -> Any:
-        import requests
-
-        url = self.base_url + path
+        base_url = self.base_url
         http = self._http if self._http is not None else self._session()
         try:
-            resp = http.request(method, url, json=json, timeout=self.timeout)
-        except requests.RequestException as exc:
+            status, payload = http.request(method, base_url, path, json)
+        except CONNECTION_ERRORS as exc:
             raise WebShopServerError(
                 f"the web shop server at {self.base_url} did not answer "
                 f"({type(exc).__name__}); is it running?"
@@ -307,16 +305,17 @@ class WebShopEnv(TextAgentEnv):
                     else ""
                 )
             ) from exc
-        if resp.status_code not in ok:
+        if status not in ok:
+            text = payload.decode("utf-8", errors="replace")
             raise WebShopServerError(
-                f"the web shop server at {self.base_url} answered {resp.status_code} to "
-                f"{method} {path}: {resp.text[:200]}"
+                f"the web shop server at {self.base_url} answered {status} to "
+                f"{method} {path}: {text[:200]}"
             )
-        if resp.status_code == 204:
+        if status == 204:
             return None
-        if resp.status_code >= 500:
-            return {"status": resp.status_code}
-        return resp.json()
+        if status >= 500:
+            return {"status": status}
+        return http.decode(payload)
 
     # ---------------------------------------------------------------- TextAgentEnv hooks
     @property
@@ -670,7 +669,9 @@ class WebShopEnv(TextAgentEnv):
         if self._http is not None:
             if self._sid is not None and (self._server is None or self._server.alive):
                 try:
-                    self._http.delete(f"{self.base_url}/api/sessions/{self._sid}", timeout=2)
+                    self._http.request(
+                        "DELETE", self.base_url, f"/api/sessions/{self._sid}", timeout=2
+                    )
                 except Exception:  # closing must not fail because the server is gone
                     logger.debug("could not delete the session", exc_info=True)
             self._http.close()

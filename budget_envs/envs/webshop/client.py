@@ -1,0 +1,143 @@
+"""The env's HTTP connection to the shop: one kept-alive ``http.client`` connection.
+
+A step is one small JSON request and answer on loopback, so what the client library does per
+request is most of a step. ``requests`` (a ``Session``) spent about half of the env's step
+around the socket: reading proxy settings from ``os.environ`` twice per request, merging
+session settings, urllib3's pool and retry bookkeeping, two socket writes per request. This
+connection does only what the env needs: it reuses one socket, reconnects when the server has
+closed it while idle (as urllib3 does before reusing a pooled connection), writes each request
+in one call, and never retries a request it has sent. Proxies from environment variables are
+not used: the shop is reached directly.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import select
+import socket
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+__all__ = ["ShopConnection"]
+
+#: Characters a request target keeps as they are (the rest is percent-encoded, as requests does).
+_SAFE = "/?=&%:@!$'()*+,;~-._"
+
+#: What a failed request raises (the env turns it into a WebShopServerError).
+CONNECTION_ERRORS = (OSError, http.client.HTTPException)
+
+
+class ShopConnection:
+    """Requests to one shop server over a single kept-alive HTTP/1.1 connection.
+
+    Args:
+        timeout: seconds to wait to connect and for any answer.
+
+    Example:
+        >>> from budget_envs.envs.webshop.client import ShopConnection
+        >>> from budget_envs.envs.webshop.server import ShopServer
+        >>> server = ShopServer.start(seed=0)
+        >>> http = ShopConnection(timeout=10)
+        >>> status, body = http.request("GET", server.base_url, "/api/info")
+        >>> status, http.decode(body)["seed"]
+        (200, 0)
+        >>> http.close(); server.stop()
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = float(timeout)
+        self._sock: socket.socket | None = None
+        self._origin: str | None = None
+        self._host = b""
+        self._prefix = ""
+
+    def _socket(self, base_url: str) -> socket.socket:
+        sock = self._sock
+        if sock is not None and (self._origin != base_url or _dropped(sock)):
+            self.close()
+            sock = None
+        if sock is None:
+            parts = urlsplit(base_url)
+            https = parts.scheme == "https"
+            port = parts.port or (443 if https else 80)
+            sock = socket.create_connection((parts.hostname, port), timeout=self.timeout)
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:  # pragma: no cover - a socket without TCP options
+                pass
+            if https:
+                import ssl
+
+                sock = ssl.create_default_context().wrap_socket(
+                    sock, server_hostname=parts.hostname
+                )
+            self._sock, self._origin = sock, base_url
+            self._host = parts.netloc.rpartition("@")[2].encode("idna")
+            self._prefix = parts.path.rstrip("/")
+        return sock
+
+    def request(
+        self,
+        method: str,
+        base_url: str,
+        path: str,
+        body: Any = None,
+        timeout: float | None = None,
+    ) -> tuple[int, bytes]:
+        """``(status, body bytes)`` of ``method path`` (``body`` sent as JSON when not None).
+
+        The request goes out in one write. Raises one of :data:`CONNECTION_ERRORS` when the
+        server cannot be reached or does not answer; the connection is then closed (the next
+        request opens a new one)."""
+        try:
+            sock = self._socket(base_url)
+            if timeout is not None:
+                sock.settimeout(timeout)
+            head = [
+                f"{method} {quote(self._prefix + path, safe=_SAFE)} HTTP/1.1".encode("ascii"),
+                b"Host: " + self._host,
+                b"Accept: application/json",
+                b"Accept-Encoding: identity",
+            ]
+            data = b""
+            if body is not None:
+                data = json.dumps(body, allow_nan=False).encode("utf-8")
+                head.append(b"Content-Type: application/json")
+            if body is not None or method in ("POST", "PUT"):
+                head.append(b"Content-Length: %d" % len(data))
+            sock.sendall(b"\r\n".join(head) + b"\r\n\r\n" + data)
+            resp = http.client.HTTPResponse(sock, method=method)
+            resp.begin()
+            payload = resp.read()
+            if timeout is not None:
+                sock.settimeout(self.timeout)
+        except BaseException:
+            self.close()
+            raise
+        if resp.will_close:
+            self.close()
+        return resp.status, payload
+
+    @staticmethod
+    def decode(payload: bytes) -> Any:
+        """A JSON answer body as Python data."""
+        return json.loads(payload)
+
+    def close(self) -> None:
+        """Close the connection (a later request opens a new one)."""
+        sock, self._sock, self._origin = self._sock, None, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:  # pragma: no cover - closing an already broken socket
+                pass
+
+
+def _dropped(sock: socket.socket) -> bool:
+    """Whether an idle kept-alive connection was closed by the server (readable while idle:
+    end of file, or bytes no request asked for)."""
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
