@@ -217,3 +217,26 @@ def test_demo_says_when_the_trained_pair_cannot_run(tmp_path, ci):
         assert "FAILED: the trained pair was skipped" in proc.stdout
     else:
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_export_sft_unknown_id_and_missing_options_are_one_line(tmp_path):
+    proc = script("export-sft", "BudgetMix/TooUse-v0", "--tasks", "2", "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "did you mean 'BudgetMix/ToolUse-v0'" in lines[0]
+    assert not (tmp_path / "o").exists()
+    proc = script("export-sft", "BudgetMix/ToolUse-v0", "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2 and "--tasks" in proc.stderr and "Traceback" not in proc.stderr
+    proc = script("export-sft", "BudgetMix/ToolUse-v0", "--tasks", "1", "--split", "dev")
+    assert proc.returncode == 2 and "invalid choice: 'dev'" in proc.stderr
+
+
+def test_eval_save_transcripts_on_the_toy_env(tmp_path):
+    rc, text = run(
+        ["eval", TOY_ID, "--agent", "oracle", "--tasks", "2", "--samples", "1"]
+        + ["--out", str(tmp_path / "run"), "--quiet", "--save-transcripts"]
+    )
+    assert rc == 0 and "Transcripts:" in text
+    rows = [json.loads(line) for line in (tmp_path / "run" / "transcripts.jsonl").open()]
+    assert len(rows) == 2 and {r["stop_reason"] for r in rows} == {"won"}
+    assert all(r["tools"] is None and r["messages"][0]["role"] == "system" for r in rows)
