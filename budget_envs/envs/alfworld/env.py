@@ -123,8 +123,15 @@ class AlfWorldEnv(TextAgentEnv):
             as ``move X to Y``, the command alfworld 0.4 renamed it to; the turn then carries
             ``info["action_alias"]`` with the command that ran. Published prompts still use the
             old form. The admissible list stays alfworld's own (``move``).
+        reset_cache: take each game's initial state from the process's reset cache (default; an
+            LRU of :data:`~budget_envs.envs.alfworld.engine.RESET_CACHE_SIZE` games shared by
+            the process's envs), so a reset to a game loaded before costs a few ms; False reads,
+            parses and translates the game at every reset and restore (the behaviour before the
+            cache, 0.1-0.5 s on small scenes). Same observations, hashes and transcripts either
+            way. :attr:`reset_cache_stats` counts this env's hits.
 
-    Snapshots use the base class's prefix replay (reload + replay; loads are cached, so it is cheap).
+    Snapshots use the base class's prefix replay (reload + replay; the reload is a reset cache
+    hit, so it is cheap).
 
     Raises:
         gymnasium.error.DependencyNotInstalled: alfworld or textworld is not installed (the
@@ -153,6 +160,7 @@ class AlfWorldEnv(TextAgentEnv):
         n_tasks: int | None = None,
         oracle: str = "model",
         legacy_put: bool = True,
+        reset_cache: bool = True,
         render_mode: str | None = None,
         max_action_length: int | None = None,
         max_observation_length: int | None = None,
@@ -179,6 +187,9 @@ class AlfWorldEnv(TextAgentEnv):
         if not isinstance(legacy_put, bool):
             raise TypeError(f"legacy_put must be a bool, got {legacy_put!r}")
         self.legacy_put = legacy_put
+        if not isinstance(reset_cache, bool):
+            raise TypeError(f"reset_cache must be a bool, got {reset_cache!r}")
+        self.reset_cache = reset_cache
         self._alias: str | None = None
         #: Entities (display names) a permanent fault made unreachable for this episode.
         self.blocked: frozenset[str] = frozenset()
@@ -345,6 +356,14 @@ class AlfWorldEnv(TextAgentEnv):
         raise ValueError(f"unknown task {task_id!r}; e.g. {list(self.task_ids[:3])!r}")
 
     @property
+    def reset_cache_stats(self) -> dict[str, int]:
+        """This env's game loads (resets and restores): ``hits`` that took the initial state from
+        the reset cache, ``misses`` that read and parsed the game file."""
+        if self._engine is None:
+            return {"hits": 0, "misses": 0}
+        return dict(self._engine.cache_stats)
+
+    @property
     def data_root(self) -> Path:
         """The folder holding ``json_2.1.1/`` for the generated tasks of this env."""
         return self.cache_dir / generate.GENERATOR_VERSION
@@ -366,7 +385,7 @@ class AlfWorldEnv(TextAgentEnv):
         self.blocked = frozenset()
         path = self.game_file(task_id)
         if self._engine is None:
-            self._engine = AlfredEngine()
+            self._engine = AlfredEngine(cache=self.reset_cache)
         intro = self._engine.load(path)
         if self._engine.won:
             raise GameFileError(
