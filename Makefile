@@ -8,7 +8,7 @@ EXTRAS ?= all
 TORCH ?= torch==2.13.0
 DEMO_OUT ?= demo_out
 
-.PHONY: setup system-deps demo test test-all lint docs pip-check ci bench clean study-check
+.PHONY: setup system-deps demo test test-all lint docs pip-check ci bench clean study-check verifiers-venv
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,11 +38,22 @@ demo: setup
 test: setup system-deps
 	$(BIN)/python -m pytest -q
 
+# verifiers 0.4.0 pins mcp==2.0.0, which conflicts with our openenv extra: it gets a venv of its
+# own, used only by tests/test_verifiers.py (against `budgetmix serve` from $(VENV)).
+VERIFIERS_VENV ?= .venv-verifiers
+$(VERIFIERS_VENV)/.installed:
+	$(PYTHON) -m venv $(VERIFIERS_VENV)
+	$(VERIFIERS_VENV)/bin/pip install --quiet --upgrade pip
+	$(VERIFIERS_VENV)/bin/pip install --quiet "verifiers[openenv]==0.4.0"
+	touch $@
+
+verifiers-venv: $(VERIFIERS_VENV)/.installed
+
 # Every tier: `make test` plus what pyproject's addopts leave out: the soaks (100,000 steps per
-# family in one process each), the learning runs and the docs' code blocks marked slow
-# (`docs_slow`). The -m expression selects every test.
-test-all: setup system-deps
-	$(BIN)/python -m pytest -q -m "soak or not soak"
+# family in one process each), the learning runs, the docs' code blocks marked slow
+# (`docs_slow`) and the verifiers run (`verifiers`). The -m expression selects every test.
+test-all: setup system-deps verifiers-venv
+	VERIFIERS_VENV=$(abspath $(VERIFIERS_VENV)) $(BIN)/python -m pytest -q -m "soak or not soak"
 
 # ruff's lint and format rules are in pyproject.toml; CI fails on any finding.
 lint: setup
@@ -64,7 +75,7 @@ bench: setup
 	$(BIN)/python -m pytest benchmarks --benchmark-only -p no:cacheprovider
 
 clean:
-	rm -rf $(VENV) $(DEMO_OUT) .benchmarks site
+	rm -rf $(VENV) $(VERIFIERS_VENV) $(DEMO_OUT) .benchmarks site
 
 # The study's tables from its committed records, byte for byte (fails while study/records is
 # missing: run `budgetmix study` first).
