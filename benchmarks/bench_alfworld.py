@@ -6,9 +6,19 @@ generated task each with a small (10-12), medium (~30) and large (45) scene. A s
 ``go to`` between two receptacles (a state change and a receptacle description every time). A reset
 restarts the same game (upstream reloads the game file; ours hits the memoised translation).
 Goals: step >= 10x faster, reset >= 5x faster (ratio ours/baseline <= 0.1 and <= 0.2).
+
+The reset cycle is the training case: resets cycling over every small-scene task of the train
+split (42 tasks, at most 12 receptacles), 1-5 random admissible steps between resets (untimed),
+through the reset cache (``reset_cache=True``, every game loaded once before) against the cold
+reload every reset did before the cache (``reset_cache=False``), both in the same run. It prints
+both medians and their ratio. Goal: cached median <= 20 ms.
 """
 
 from __future__ import annotations
+
+import random
+import statistics
+import time
 
 import pytest
 
@@ -89,3 +99,68 @@ def test_reset_alfworld(benchmark, games, size):
     benchmark.group = f"alfworld-reset-{size}"
     benchmark.extra_info.update(compare=f"alfworld-reset-{size}", role="baseline")
     benchmark.pedantic(env.reset, rounds=3 if size == "large" else 5, warmup_rounds=0)
+
+
+# ------------------------------------------------------------------ the training reset cycle
+SMALL = {"split": "train", "max_receptacles": 12}
+
+
+def _cycle_times(env, ids, rounds, rng):
+    """Seconds of each reset over ``rounds`` cycles of ``ids``, random steps between (untimed)."""
+    times = []
+    for _ in range(rounds):
+        for task in ids:
+            start = time.perf_counter()
+            obs, info = env.reset(seed=0, options={"task_id": task})
+            times.append(time.perf_counter() - start)
+            for _ in range(rng.randrange(1, 6)):
+                if env.done:
+                    break
+                info = env.step(rng.choice(info["admissible_actions"]))[4]
+    return times
+
+
+def test_reset_cycle_small_scenes(benchmark, tmp_path_factory):
+    """Median reset over 42 small-scene tasks, steps between: reset cache against cold reload."""
+    cache = tmp_path_factory.mktemp("alfworld-bench-cycle")
+    cached = AlfWorldEnv(cache_dir=cache, **SMALL)
+    ids = list(cached.task_ids)
+    assert len(ids) >= 40
+    cold = AlfWorldEnv(cache_dir=cache, reset_cache=False, **SMALL)
+    _cycle_times(cached, ids, 1, random.Random(0))  # every game loaded once (and written)
+    hits = cached.reset_cache_stats["hits"]
+    ours = _cycle_times(cached, ids, 2, random.Random(1))
+    assert cached.reset_cache_stats["hits"] - hits == len(ours)  # every timed reset was a hit
+    baseline = _cycle_times(cold, ids, 1, random.Random(1))
+    assert cold.reset_cache_stats["hits"] == 0
+    med_ours, med_base = statistics.median(ours), statistics.median(baseline)
+    ratio = med_ours / med_base
+    benchmark.group = "alfworld-reset-cycle-small"
+    benchmark.extra_info.update(
+        cached_median_s=med_ours,
+        cold_median_s=med_base,
+        cached_max_s=max(ours),
+        tasks=len(ids),
+        ratio=ratio,
+        goal="cached median <= 20 ms",
+    )
+    print(
+        f"\nalfworld reset cycle, {len(ids)} small-scene tasks, steps between: cached median "
+        f"{med_ours * 1e3:.1f} ms (max {max(ours) * 1e3:.1f}, {len(ours)} resets), cold median "
+        f"{med_base * 1e3:.1f} ms ({len(baseline)} resets), ratio {ratio:.4f} "
+        f"({1 / ratio:.0f}x faster; goal: cached median <= 20 ms)"
+    )
+    order = iter(ids * 4)
+    rng = random.Random(2)
+
+    def between():  # steps on the current game before the next timed reset (untimed)
+        for _ in range(rng.randrange(1, 6)):
+            if cached.task_id is None or cached.done:
+                break
+            cached.step(rng.choice(cached.current_info()["admissible_actions"]))
+
+    benchmark.pedantic(
+        lambda: cached.reset(seed=0, options={"task_id": next(order)}),
+        setup=between,
+        rounds=len(ids) * 2,
+    )
