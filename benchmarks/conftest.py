@@ -1,10 +1,12 @@
 """Ratios between benchmarks of the same run.
 
 A benchmark declares its role with ``benchmark.extra_info``: ``{"compare": NAME, "role": ROLE}``
-where ROLE is ``"ours"``, ``"baseline"`` (the raw upstream path) or ``"bare"`` (the path both
+(NAME may be a list: the benchmark then takes that role in each comparison) where ROLE is ``"ours"``, ``"baseline"`` (the raw upstream path) or ``"bare"`` (the path both
 wrap). At the end of the run every comparison NAME is reported as ours / baseline; when a bare
 path is present too, as the ratio of overheads (ours - bare) / (baseline - bare). The fastest
-round is used: on a shared machine it is the least disturbed measurement.
+round is used: on a shared machine it is the least disturbed measurement. A benchmark whose
+timed call holds setup it cannot leave out (``budgetmix train`` starts Ray and builds its
+algorithm) gives its own figure as ``extra_info["seconds_per_call"]``.
 """
 
 from __future__ import annotations
@@ -22,13 +24,16 @@ def _rows(config):
     goals: dict[str, str] = {}
     for bench in session.benchmarks:
         extra = bench.extra_info or {}
-        name = extra.get("compare")
-        if not name or bench.stats is None:
+        names = extra.get("compare")
+        if not names or bench.stats is None:
             continue
-        per_call = bench.stats.min / max(int(extra.get("calls", 1)), 1)
-        groups.setdefault(name, {})[extra.get("role", "ours")] = per_call
-        if extra.get("goal"):
-            goals[name] = extra["goal"]
+        per_call = extra.get("seconds_per_call") or bench.stats.min / max(
+            int(extra.get("calls", 1)), 1
+        )
+        for name in [names] if isinstance(names, str) else names:
+            groups.setdefault(name, {})[extra.get("role", "ours")] = per_call
+            if extra.get("goal"):
+                goals[name] = extra["goal"]
     rows = {}
     for name, roles in sorted(groups.items()):
         if "ours" not in roles or "baseline" not in roles:

@@ -293,15 +293,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--iterations",
         type=int,
-        default=20,
-        help="PPO iterations (rllib) or GRPO steps (trl) in total (default 20)",
+        default=None,
+        help="PPO iterations (rllib, default 50) or GRPO steps (trl, default 20) in total",
     )
     t.add_argument("--out", required=True, metavar="DIR", help="policy folder to write")
     t.add_argument(
         "--batch-size",
         type=int,
         default=None,
-        help="env steps per PPO iteration (rllib, default 512); episodes per GRPO step "
+        help="env steps per PPO iteration (rllib, default 1024); episodes per GRPO step "
         "(trl, default 8; a multiple of num_generations)",
     )
     t.add_argument(
@@ -319,8 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="first fit the policy to the oracle on N training episodes (rllib default 0: "
-        "none; trl default 32, on the tiny model only)",
+        help="first fit the policy to the oracle on N training episodes (rllib default 50; "
+        "trl default 32, on the tiny model only)",
     )
     t.add_argument(
         "--warm-start-lr",
@@ -340,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     rl = t.add_argument_group("RLlib only (a usage error with --trainer trl)")
     rl.add_argument("--gamma", type=float, default=None, help="discount (default 0.99)")
     rl.add_argument("--resume", action="store_true", help="continue the checkpoint in DIR")
-    rl.add_argument("--max-actions", type=int, default=None, help="action slots (default 2048)")
+    rl.add_argument("--max-actions", type=int, default=None, help="action slots (default 512)")
     rl.add_argument(
         "--process-max-cost",
         type=int,
@@ -356,12 +356,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint-every", type=int, default=None, help="iterations between checkpoints (5)"
     )
     rl.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray (2)")
+    rl.add_argument(
+        "--num-env-runners",
+        type=int,
+        default=None,
+        help="remote env runners (default: none on 2 CPUs, else one per CPU but one)",
+    )
+    rl.add_argument(
+        "--num-envs-per-env-runner", type=int, default=None, help="vector envs per runner (16)"
+    )
     rl.add_argument("--warm-start-epochs", type=int, default=None, help="warm-start epochs (20)")
     rl.add_argument(
         "--warm-start-explore",
         type=float,
         default=None,
-        help="share of random turns while collecting warm-start states (default 0.3)",
+        help="share of random turns while collecting warm-start states (default 0)",
     )
     t.add_argument("--quiet", action="store_true", help="no progress bar")
 

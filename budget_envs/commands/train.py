@@ -11,31 +11,36 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from budget_envs.commands.common import StageBars, check_env_ids, missing_modules, pip_extra
-from budget_envs.errors import UsageError
+from budget_envs.errors import TooManyActions, UsageError
 
 __all__ = ["cmd_train"]
 
-#: Defaults of the options only the RLlib trainer takes (None in the parser: given or not).
-_RLLIB_ONLY = {
-    "gamma": 0.99,
-    "max_actions": 2048,
-    "process_max_cost": 100,
-    "hidden": 128,
-    "entropy_coeff": 0.01,
-    "num_epochs": 4,
-    "checkpoint_every": 5,
-    "num_cpus": 2,
-    "warm_start_epochs": 20,
-    "warm_start_explore": 0.3,
-}
-#: Options both trainers take: the RLlib default, and TRL's keyword argument (its own default).
+#: The options only the RLlib trainer takes (None in the parser: given or not); their defaults
+#: are those of :func:`budget_envs.integrations.rllib_train.train`.
+_RLLIB_ONLY = (
+    "gamma",
+    "max_actions",
+    "process_max_cost",
+    "hidden",
+    "entropy_coeff",
+    "num_epochs",
+    "checkpoint_every",
+    "num_cpus",
+    "num_env_runners",
+    "num_envs_per_env_runner",
+    "warm_start_epochs",
+    "warm_start_explore",
+)
+#: Options both trainers take: the RLlib ``train`` keyword and TRL's (each trainer's own default).
 _SHARED = {
-    "batch_size": (512, "batch_size"),
-    "lr": (3e-4, "learning_rate"),
-    "warm_start_episodes": (0, "warm_start_episodes"),
-    "warm_start_lr": (1e-3, "warm_start_lr"),
-    "process_reward": (None, "process_reward"),
+    "batch_size": ("train_batch_size", "batch_size"),
+    "lr": ("lr", "learning_rate"),
+    "warm_start_episodes": ("warm_start_episodes", "warm_start_episodes"),
+    "warm_start_lr": ("warm_start_lr", "warm_start_lr"),
+    "process_reward": ("process_reward", "process_reward"),
 }
+#: Iterations when --iterations is not given: PPO iterations (rllib), GRPO steps (trl).
+DEFAULT_ITERATIONS = {"rllib": 50, "trl": 20}
 
 
 def _flag(dest: str) -> str:
@@ -61,7 +66,7 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
         env_kwargs=args.env_kwargs or {},
         seed=args.seed,
         out_dir=args.out,
-        iterations=args.iterations,
+        iterations=DEFAULT_ITERATIONS[args.trainer] if args.iterations is None else args.iterations,
     )
     if args.trainer == "trl":
         return _train_trl(args, common, out)
@@ -83,9 +88,16 @@ def _train_rllib(args: argparse.Namespace, common: dict[str, Any], out: TextIO) 
         raise UsageError("--trl-kwargs is for --trainer trl; --trainer rllib takes its own flags")
     if missing_modules("ray", "torch"):
         raise UsageError(f"--trainer rllib needs the rllib extra: {pip_extra('rllib')}")
-    defaults = {**_RLLIB_ONLY, **{k: default for k, (default, _) in _SHARED.items()}}
-    opts = {k: v if getattr(args, k) is None else getattr(args, k) for k, v in defaults.items()}
-    batch_size = opts.pop("batch_size")  # the rest are train()'s keyword arguments by name
+    opts = {k: getattr(args, k) for k in _RLLIB_ONLY if getattr(args, k, None) is not None}
+    opts.update(
+        {
+            name: getattr(args, dest)
+            for dest, (name, _) in _SHARED.items()
+            if getattr(args, dest) is not None
+        }
+    )
+    if "train_batch_size" in opts:  # minibatches never larger than the batch
+        opts["minibatch_size"] = min(256, opts["train_batch_size"])
     bar: Any = None
 
     def progress(it: int, total: int, row: dict[str, float]) -> None:
@@ -109,13 +121,11 @@ def _train_rllib(args: argparse.Namespace, common: dict[str, Any], out: TextIO) 
             args.env_id,
             **common,
             progress=progress,
-            train_batch_size=batch_size,
-            minibatch_size=min(128, batch_size),
             resume=args.resume,
             warm_start_progress=warm_bars,
             **opts,
         )
-    except (FileExistsError, FileNotFoundError, ValueError, TypeError) as exc:
+    except (FileExistsError, FileNotFoundError, ValueError, TypeError, TooManyActions) as exc:
         raise UsageError(str(exc)) from None
     finally:
         warm_bars.close()
@@ -163,7 +173,7 @@ class _GRPOBar:
 def _train_trl(args: argparse.Namespace, common: dict[str, Any], out: TextIO) -> int:
     import inspect
 
-    given = [k for k in _RLLIB_ONLY if getattr(args, k) is not None]
+    given = [k for k in _RLLIB_ONLY if getattr(args, k, None) is not None]
     given += ["resume"] if args.resume else []
     if given:
         flags = ", ".join(_flag(k) for k in given)
@@ -207,7 +217,7 @@ def _train_trl(args: argparse.Namespace, common: dict[str, Any], out: TextIO) ->
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one bar: the GRPO steps (not each model save)
-    bar = _GRPOBar(args.iterations, enabled=not args.quiet)
+    bar = _GRPOBar(common["iterations"], enabled=not args.quiet)
     try:
         with warnings.catch_warnings():
             # transformers 5 deprecation notices about TRL's own calls: nothing to act on here

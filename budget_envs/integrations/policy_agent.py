@@ -157,7 +157,9 @@ class PolicyAgent:
             return self._hf.act(observation, info)
         from budget_envs.integrations.rllib_module import score_actions
 
-        arrays, actions = self._featurizer.encode(observation, info)
+        # One row per offered action: the module scores any number, so a state with more actions
+        # than the training's slots is still played.
+        arrays, actions = self._featurizer.encode(observation, info, exact=True)
         probs = score_actions(self._module, arrays, len(actions))
         k = int(np.argmax(probs)) if self.greedy else int(self._rng.choice(len(probs), p=probs))
         action = actions[k] if k < len(actions) else ""

@@ -6,8 +6,10 @@ play every state (ALFWorld has up to 45 admissible commands; tool calls are open
 (``info["candidate_actions"]``: full tool calls for tool use, concrete searches for the web shop)
 or its admissible commands, each encoded as a row of the observation, and
 :class:`ActionScoringTorchModule` scores every row with one shared network (DRRN-style action
-as input). The slot count ``max_actions`` (2048 by default, far above any family's largest state)
-only bounds the array size; a state with more actions raises :class:`TooManyActions`.
+as input). The slot count ``max_actions`` (512 by default, three times the largest state seen in
+any family: ToolUse level 3 offers up to about 170 tool calls) only bounds the array size: the
+module scores the offered rows alone, so slots cost memory, not network time. A state with more
+actions raises :class:`TooManyActions` (``budgetmix train`` reports it in one line).
 
 The arrays are described in :mod:`budget_envs.integrations.rllib_features`; budget features are
 only filled when the visibility shows the budget, so ``visibility="hidden"`` policies are blind to
@@ -72,6 +74,8 @@ class MaskedTextEnv(gym.Env):
         obs_dim, goal_dim, hist_dim, action_tokens, vocab, max_budget: sizes of the arrays
             (see :class:`~budget_envs.integrations.rllib_features.FeatureSpec`).
         seed: the seed of the first reset when the trainer passes none.
+        seed_offset: added to every seed the trainer passes (:func:`env_creator` sets it per env
+            runner so sub-envs of different runners never share a seed).
         env_kwargs: extra constructor kwargs of the env (with an id).
 
     ``info`` is cut to :data:`INFO_KEYS`; :attr:`commands` holds this state's actions
@@ -89,7 +93,7 @@ class MaskedTextEnv(gym.Env):
         faults: Any = None,
         process_reward: float | None = None,
         process_max_cost: int = 100,
-        max_actions: int = 2048,
+        max_actions: int = 512,
         obs_dim: int = 1024,
         goal_dim: int = 256,
         hist_dim: int = 256,
@@ -97,6 +101,7 @@ class MaskedTextEnv(gym.Env):
         vocab: int = 8192,
         max_budget: int = 100,
         seed: int | None = None,
+        seed_offset: int = 0,
         env_kwargs: dict[str, Any] | None = None,
     ) -> None:
         warn_within = 3
@@ -128,9 +133,15 @@ class MaskedTextEnv(gym.Env):
         self.env = env
         self.featurizer = Featurizer(self.features)
         self._seed = seed
+        if isinstance(seed_offset, bool) or not isinstance(seed_offset, int):
+            raise TypeError(f"seed_offset must be an int, got {seed_offset!r}")
+        self._seed_offset = seed_offset
         self.observation_space = self.features.observation_space()
         self.action_space = gym.spaces.Discrete(self.features.max_actions)
         self.commands: list[str] = []
+        #: Encode each state with exactly its actions' rows (the arrays' shapes then vary: for
+        #: code that reads states one at a time, like the warm start, not for RLlib).
+        self.exact_slots = False
         #: Turns played, and turns whose slot held no action (masked slots picked anyway).
         self.turns = 0
         self.empty_slot_turns = 0
@@ -141,7 +152,7 @@ class MaskedTextEnv(gym.Env):
         return self.features.max_actions
 
     def _encode(self, obs: str, info: dict[str, Any]) -> dict[str, np.ndarray]:
-        arrays, self.commands = self.featurizer.encode(obs, info)
+        arrays, self.commands = self.featurizer.encode(obs, info, exact=self.exact_slots)
         return arrays
 
     @staticmethod
@@ -152,6 +163,8 @@ class MaskedTextEnv(gym.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Reset the BudgetMix env (the seed goes to it and to its budget draws)."""
+        if seed is not None:
+            seed = int(seed) + self._seed_offset
         super().reset(seed=seed)
         if seed is None and self._seed is not None:
             seed, self._seed = self._seed, None
@@ -178,7 +191,9 @@ def env_creator(config: dict[str, Any] | None = None) -> MaskedTextEnv:
     """Build a :class:`MaskedTextEnv` from an RLlib ``env_config`` (keys: its arguments).
 
     ``config["env_id"]`` names the BudgetMix id. A worker index in the config (RLlib's
-    ``EnvContext``) shifts the seed so parallel runners play different episodes.
+    ``EnvContext``) shifts the seed so parallel runners play different episodes: RLlib seeds
+    runner ``w``'s sub-env ``i`` with ``seed + w + i``, which two runners would share, so every
+    seed it passes is also shifted by ``1000 * w``.
     """
     worker = int(getattr(config, "worker_index", 0) or 0)
     vector = int(getattr(config, "vector_index", 0) or 0)
@@ -189,7 +204,8 @@ def env_creator(config: dict[str, Any] | None = None) -> MaskedTextEnv:
     seed = config.pop("seed", None)
     if seed is not None:
         seed = int(seed) + 1000 * worker + vector
-    return MaskedTextEnv(env_id, seed=seed, **config)
+    config.pop("num_envs", None)  # RLlib's vector entry point adds it
+    return MaskedTextEnv(env_id, seed=seed, seed_offset=1000 * worker, **config)
 
 
 def register(name: str = DEFAULT_ENV_NAME) -> str:
@@ -226,20 +242,26 @@ def ppo_config(
     env_name: str = DEFAULT_ENV_NAME,
     hidden: int = 128,
     embed: int = 64,
-    train_batch_size: int = 512,
-    minibatch_size: int = 128,
+    train_batch_size: int = 1024,
+    minibatch_size: int = 256,
     num_epochs: int = 4,
     lr: float = 3e-4,
     gamma: float = 0.99,
     entropy_coeff: float = 0.01,
     num_env_runners: int = 0,
+    num_envs_per_env_runner: int = 16,
+    packed: bool = True,
+    torch_threads: int | None = 1,
     seed: int | None = 0,
 ) -> Any:
     """A ``PPOConfig`` on the new API stack for a registered :class:`MaskedTextEnv`.
 
     ``env_config`` is passed to :func:`env_creator` (it needs ``env_id``). Registers the env
-    under ``env_name``, sets :class:`ActionScoringTorchModule` as the module and
-    :class:`BudgetMetricsCallback` as the callback.
+    under ``env_name``, sets :class:`ActionScoringTorchModule` as the module (``packed``: score
+    the offered rows only; ``torch_threads``: torch threads in every process that builds it, None
+    leaves torch's default) and :class:`BudgetMetricsCallback` as the callback. Each env runner
+    steps ``num_envs_per_env_runner`` envs as one vector env (batched inference);
+    ``num_env_runners=0`` samples in the driver.
     """
     _require()
     from ray.rllib.algorithms.ppo import PPOConfig
@@ -252,7 +274,9 @@ def ppo_config(
         PPOConfig()
         .environment(env_name, env_config=dict(env_config), disable_env_checking=True)
         .framework("torch")
-        .env_runners(num_env_runners=num_env_runners, num_envs_per_env_runner=1)
+        .env_runners(
+            num_env_runners=num_env_runners, num_envs_per_env_runner=num_envs_per_env_runner
+        )
         .training(
             lr=lr,
             gamma=gamma,
@@ -264,7 +288,12 @@ def ppo_config(
         .rl_module(
             rl_module_spec=RLModuleSpec(
                 module_class=rllib_module.ActionScoringTorchModule,
-                model_config={"hidden": int(hidden), "embed": int(embed)},
+                model_config={
+                    "hidden": int(hidden),
+                    "embed": int(embed),
+                    "packed": bool(packed),
+                    "torch_threads": None if torch_threads is None else int(torch_threads),
+                },
             )
         )
         .callbacks(rllib_module.BudgetMetricsCallback)

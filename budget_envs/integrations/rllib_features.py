@@ -111,7 +111,7 @@ class FeatureSpec:
     obs_dim: int = 1024
     goal_dim: int = 256
     hist_dim: int = 256
-    max_actions: int = 2048
+    max_actions: int = 512
     action_tokens: int = 16
     vocab: int = 8192
     visibility: str = "hidden"
@@ -223,16 +223,21 @@ class Featurizer:
         return out
 
     def encode(
-        self, observation: str, info: Mapping[str, Any]
+        self, observation: str, info: Mapping[str, Any], *, exact: bool = False
     ) -> tuple[dict[str, np.ndarray], list[str]]:
         """The arrays for this state and the actions their slots stand for (slot k = actions[k]).
 
+        ``exact=True`` gives the action arrays exactly one row per offered action (at least one)
+        instead of ``max_actions``: for code that scores states one at a time (the module scores
+        any number of rows); the rows are the same.
+
         Raises:
-            TooManyActions: the state offers more than ``max_actions`` actions.
+            TooManyActions: the state offers more than ``max_actions`` actions (not with
+                ``exact``).
         """
         spec = self.spec
         actions = offered_actions(info)
-        if len(actions) > spec.max_actions:
+        if len(actions) > spec.max_actions and not exact:
             raise TooManyActions(
                 f"{len(actions)} actions are offered but the policy has max_actions="
                 f"{spec.max_actions} slots; raise max_actions (no action is ever dropped)"
@@ -257,7 +262,7 @@ class Featurizer:
                 np.clip(budget, 0.0, 1.0),
             ]
         )
-        k = spec.max_actions
+        k = max(len(actions), 1) if exact else spec.max_actions
         toks = np.zeros((k, spec.action_tokens), dtype=np.float32)
         feats = np.zeros((k, N_ACTION_FEATS), dtype=np.float32)
         mask = np.zeros(k, dtype=np.float32)

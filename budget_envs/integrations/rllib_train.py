@@ -23,9 +23,20 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from budget_envs.errors import TooManyActions
 from budget_envs.integrations.common import DEFAULT_BUDGET
 
-__all__ = ["METRICS", "POLICY_FILE", "module_path", "read_metrics", "start_local_ray", "train"]
+__all__ = [
+    "LEGACY_SPEED",
+    "MAX_GROWN_SLOTS",
+    "METRICS",
+    "POLICY_FILE",
+    "auto_env_runners",
+    "module_path",
+    "read_metrics",
+    "start_local_ray",
+    "train",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +54,18 @@ METRICS: tuple[str, ...] = (
     "invalid_action_rate",
     "wall_s",
 )
+#: The speed settings of :func:`train` before packed scoring and vector envs (its other
+#: defaults as they were too): ``benchmarks/bench_train.py`` runs it beside today's defaults.
+LEGACY_SPEED: dict[str, Any] = {
+    "packed": False,
+    "num_envs_per_env_runner": 1,
+    "num_env_runners": 0,
+    "torch_threads": None,
+    "max_actions": 2048,
+    "grow_slots": False,
+    "train_batch_size": 512,
+    "minibatch_size": 128,
+}
 _INT_COLUMNS = frozenset({"iteration", "timesteps", "episodes"})
 _RESULT_KEYS = {
     "return_mean": "episode_return_mean",
@@ -135,9 +158,9 @@ def train(
     out_dir: str | os.PathLike,
     iterations: int,
     gamma: float = 0.99,
-    max_actions: int = 2048,
-    train_batch_size: int = 512,
-    minibatch_size: int = 128,
+    max_actions: int = 256,
+    train_batch_size: int = 1024,
+    minibatch_size: int = 256,
     num_epochs: int = 4,
     lr: float = 3e-4,
     entropy_coeff: float = 0.01,
@@ -147,29 +170,51 @@ def train(
     checkpoint_every: int = 5,
     resume: bool = False,
     num_cpus: int = 2,
-    warm_start_episodes: int = 0,
+    num_env_runners: int | None = None,
+    num_envs_per_env_runner: int = 16,
+    packed: bool = True,
+    torch_threads: int | None = 1,
+    grow_slots: bool = True,
+    warm_start_episodes: int = 50,
     warm_start_epochs: int = 20,
-    warm_start_explore: float = 0.3,
+    warm_start_explore: float = 0.0,
     warm_start_lr: float = 1e-3,
     progress: Callable[[int, int, dict[str, float]], None] | None = None,
     warm_start_progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Train PPO on ``env_id`` for ``iterations`` iterations (in total, counting resumed ones).
 
-    With ``warm_start_episodes > 0`` the policy is first fitted to the env's oracle on that many
-    training episodes (:mod:`budget_envs.integrations.rllib_warmstart`: ``warm_start_explore``
-    random turns, ``warm_start_epochs`` epochs at ``warm_start_lr``), checkpointed as iteration
-    0, then PPO runs from it; ``iterations=0`` keeps the warm-started policy alone. The warm start
-    is written to ``warm_start.csv`` and ``policy.json`` and is not redone on ``--resume``.
-    ``warm_start_progress(stage, done, total)`` reports it (stages ``"collect"``, ``"fit"``).
+    With ``warm_start_episodes > 0`` (50 by default) the policy is first fitted to the env's
+    oracle on that many training episodes (:mod:`budget_envs.integrations.rllib_warmstart`:
+    ``warm_start_explore`` random turns, none by default, ``warm_start_epochs`` epochs at
+    ``warm_start_lr``), checkpointed as iteration 0, then PPO runs from it; ``iterations=0`` keeps
+    the warm-started policy alone. The warm start is written to ``warm_start.csv`` and
+    ``policy.json`` and is not redone on ``--resume``. ``warm_start_progress(stage, done,
+    total)`` reports it (stages ``"collect"``, ``"fit"``).
+
+    Speed (see docs/training.md): the module scores only the offered actions (``packed``), each
+    env runner steps ``num_envs_per_env_runner`` envs with batched inference, every process runs
+    ``torch_threads`` torch threads, and ``num_env_runners=None`` sizes the runners to the CPUs
+    (:func:`auto_env_runners`). ``packed=False, num_envs_per_env_runner=1, num_env_runners=0,
+    torch_threads=None, max_actions=2048, train_batch_size=512, minibatch_size=128`` is the
+    configuration before these defaults (:data:`LEGACY_SPEED`), kept for the benchmarks.
+
+    The slot count grows on its own: when a state offers more actions than ``max_actions``
+    (``grow_slots``, the default), the algorithm is rebuilt with the next power of two above
+    twice the slots and the offered count, from the state it had (the network's weights do not
+    depend on the slot count), the iteration starts again, and ``policy.json`` says so
+    (``slots_grown``). A resume keeps the grown count.
 
     ``progress(iteration, iterations, row)`` is called after every iteration. Starts a local Ray
-    with ``num_cpus`` CPUs unless one is running, and shuts it down after. Returns
-    ``{"out_dir", "iterations", "rows", "wall_s", "curve"}``.
+    with ``num_cpus`` CPUs unless one is running (a running one is reused and left running), and
+    shuts down what it started. A resume reads the input sizes from ``policy.json`` instead of
+    building a probe env. Returns ``{"out_dir", "iterations", "rows", "wall_s", "curve"}``.
 
     Raises:
         FileExistsError: ``out_dir`` holds a policy and ``resume`` is False.
         FileNotFoundError: ``resume`` without a checkpoint in ``out_dir``.
+        TooManyActions: a state offered more actions than ``max_actions`` with ``grow_slots``
+            False, or more than :data:`MAX_GROWN_SLOTS`.
     """
     from budget_envs.integrations import rllib as rl
 
@@ -178,11 +223,17 @@ def train(
         ("iterations", iterations, 0 if warm_start_episodes else 1),
         ("checkpoint_every", checkpoint_every, 1),
         ("num_cpus", num_cpus, 1),
+        ("num_envs_per_env_runner", num_envs_per_env_runner, 1),
         ("warm_start_episodes", warm_start_episodes, 0),
         ("warm_start_epochs", warm_start_epochs, 1),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    for name, value in (("num_env_runners", num_env_runners), ("torch_threads", torch_threads)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{name} must be an int or None, got {value!r}")
+        if value is not None and value < (0 if name == "num_env_runners" else 1):
+            raise ValueError(f"{name} is out of range: {value!r}")
     if not isinstance(gamma, (int, float)) or not 0.0 < float(gamma) <= 1.0:
         raise ValueError(f"gamma must be in (0, 1], got {gamma!r}")
     out = Path(out_dir)
@@ -206,9 +257,13 @@ def train(
     }
     if budget is not DEFAULT_BUDGET:
         env_config["budget"] = budget
-    probe = rl.env_creator(dict(env_config))
-    features = probe.features.to_dict()
-    probe.close()
+    old_meta = json.loads(meta_path.read_text()) if resume and meta_path.exists() else {}
+    if "features" in old_meta:
+        features = old_meta["features"]
+    else:
+        probe = rl.env_creator(dict(env_config))
+        features = probe.features.to_dict()
+        probe.close()
     settings = {
         "gamma": gamma,
         "train_batch_size": train_batch_size,
@@ -220,6 +275,9 @@ def train(
         "process_reward": process_reward,
         "process_max_cost": process_max_cost,
         "seed": seed,
+        "packed": packed,
+        "num_envs_per_env_runner": num_envs_per_env_runner,
+        "torch_threads": torch_threads,
         "warm_start_episodes": warm_start_episodes,
         "warm_start_epochs": warm_start_epochs,
         "warm_start_explore": warm_start_explore,
@@ -241,10 +299,18 @@ def train(
     started = not ray.is_initialized()
     if started:
         start_local_ray(num_cpus)
+    runners = auto_env_runners() if num_env_runners is None else num_env_runners
+    meta["settings"]["num_env_runners"] = runners
+    threads_before = _set_torch_threads(torch_threads)
     start = time.perf_counter()
     offset = rows[-1]["wall_s"] if rows else 0.0
-    try:
-        algo = rl.ppo_config(
+    env_config["max_actions"] = features["max_actions"] = max(
+        int(features["max_actions"]), max_actions
+    )
+
+    def build(slots: int) -> Any:
+        env_config["max_actions"] = slots
+        return rl.ppo_config(
             env_config,
             hidden=hidden,
             train_batch_size=train_batch_size,
@@ -253,14 +319,20 @@ def train(
             lr=lr,
             gamma=gamma,
             entropy_coeff=entropy_coeff,
+            num_env_runners=runners,
+            num_envs_per_env_runner=num_envs_per_env_runner,
+            packed=packed,
+            torch_threads=torch_threads,
             seed=seed,
         ).build_algo()
+
+    try:
+        algo = build(features["max_actions"])
         try:
             if resume:
                 algo.restore_from_path(str(ckpt.resolve()))
-                old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-                if "warm_start" in old:
-                    meta["warm_start"] = old["warm_start"]
+                if "warm_start" in old_meta:
+                    meta["warm_start"] = old_meta["warm_start"]
             elif warm_start_episodes:
                 meta["warm_start"] = _warm_start(
                     algo,
@@ -277,16 +349,35 @@ def train(
                 algo.save_to_path(str(ckpt.resolve()))
             meta_path.write_text(json.dumps(meta, indent=2) + "\n")
             done = len(rows)
-            for it in range(done + 1, iterations + 1):
-                result = algo.train()
-                runners = result.get("env_runners", {})
+            it = done + 1
+            while it <= iterations:
+                try:
+                    result = _train_once(algo, it, features["max_actions"])
+                except TooManyActions as exc:
+                    slots = _grown_slots(features["max_actions"], exc)
+                    if slots is None or not grow_slots:
+                        raise
+                    algo = _rebuild(algo, build, slots, out)
+                    logger.warning(
+                        "iteration %d: a state offered more actions than the policy's %d slots; "
+                        "it now has %d (the network does not depend on them) and the iteration "
+                        "starts again",
+                        it,
+                        features["max_actions"],
+                        slots,
+                    )
+                    meta["features"]["max_actions"] = features["max_actions"] = slots
+                    meta.setdefault("slots_grown", []).append({"iteration": it, "to": slots})
+                    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+                    continue
+                stats = result.get("env_runners", {})
                 row: dict[str, float] = {
                     "iteration": it,
                     "timesteps": float(result.get("num_env_steps_sampled_lifetime", 0) or 0),
-                    "episodes": float(runners.get("num_episodes", 0) or 0),
+                    "episodes": float(stats.get("num_episodes", 0) or 0),
                 }
                 for col, key in _RESULT_KEYS.items():
-                    value = runners.get(key)
+                    value = stats.get(key)
                     row[col] = float("nan") if value is None else float(value)
                 row["wall_s"] = round(offset + time.perf_counter() - start, 1)
                 rows.append(row)
@@ -295,9 +386,11 @@ def train(
                     algo.save_to_path(str(ckpt.resolve()))
                 if progress is not None:
                     progress(it, iterations, row)
+                it += 1
         finally:
             algo.stop()
     finally:
+        _set_torch_threads(threads_before)
         if started:
             ray.shutdown()
     curve = out / "curve.png"
@@ -310,6 +403,75 @@ def train(
         "wall_s": rows[-1]["wall_s"] if rows else 0.0,
         "curve": str(curve) if plotted else None,
     }
+
+
+#: The most action slots :func:`train` grows to on its own.
+MAX_GROWN_SLOTS = 16384
+
+
+def _grown_slots(slots: int, exc: Exception) -> int | None:
+    """The slot count after a state offered more actions than ``slots``: the next power of two
+    above both twice ``slots`` and the offered count (None past :data:`MAX_GROWN_SLOTS`)."""
+    import re
+
+    found = re.search(r"(\d+) actions are offered", str(exc))
+    needed = int(found.group(1)) if found else 2 * slots
+    grown = 1 << max(2 * slots - 1, needed).bit_length()
+    return grown if grown <= MAX_GROWN_SLOTS else None
+
+
+def _rebuild(algo: Any, build: Callable[[int], Any], slots: int, out: Path) -> Any:
+    """The algorithm rebuilt with ``slots`` action slots, in the state ``algo`` holds (weights,
+    optimizer, counters): the network's weights do not depend on the slot count."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=out, prefix=".grow-") as tmp:
+        algo.save_to_path(str(Path(tmp).resolve()))
+        algo.stop()
+        algo = build(slots)
+        algo.restore_from_path(str(Path(tmp).resolve()))
+    return algo
+
+
+def _train_once(algo: Any, iteration: int, max_actions: int) -> dict[str, Any]:
+    """One ``algo.train()``; a state with too many actions, wherever it was sampled (a remote
+    runner wraps it), comes out as one :class:`TooManyActions` that says what to do."""
+    try:
+        return algo.train()
+    except Exception as exc:  # an env runner's error may arrive wrapped by Ray
+        seen: set[int] = set()
+        cause: BaseException | None = exc
+        while cause is not None and id(cause) not in seen and not isinstance(cause, TooManyActions):
+            seen.add(id(cause))
+            cause = getattr(cause, "cause", None) or cause.__cause__ or cause.__context__
+        if cause is None and "TooManyActions" not in str(exc):
+            raise
+        first = str(cause or exc).strip().splitlines()[-1]
+        raise TooManyActions(
+            f"iteration {iteration}: {first}. max_actions={max_actions} is too few for this env: "
+            "train again with a larger --max-actions (the slots cost memory, not network time)"
+        ) from None
+
+
+def auto_env_runners() -> int:
+    """Remote env runners for the CPUs of the running Ray: none on 2 CPUs or fewer (PPO samples,
+    then learns: a remote runner would idle while the driver learns, and the reverse, so on two
+    cores it buys nothing but messages), else one per CPU but the driver's."""
+    import ray
+
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    return 0 if cpus <= 2 else cpus - 1
+
+
+def _set_torch_threads(threads: int | None) -> int | None:
+    """Set torch's threads in this process (None: leave them); return the previous count."""
+    if threads is None:
+        return None
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(threads))
+    return before
 
 
 def _warm_start(

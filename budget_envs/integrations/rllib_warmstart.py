@@ -77,6 +77,7 @@ def collect_demonstrations(
     config = dict(env_config)
     config.pop("seed", None)
     env = env_creator(config)
+    env.exact_slots = True  # the states are kept cut to their actions anyway
     rng = np.random.default_rng([int(seed), 7])
     demos = Demonstrations()
     try:
