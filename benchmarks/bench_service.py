@@ -25,6 +25,18 @@ server itself times it (``/sessions``' ``env_calls``), against the env's step in
 process (the figure subtracted above): between two steps of a session the server runs other
 messages, so the step runs with cold caches. ``/batch``: the env calls the server's lane ran per
 turn of its event loop (see ``EnvLane``), on average.
+
+``test_mixed_stream``: what a training client sends instead of one call repeated. Every
+session plays episodes back to back, each a reset to a task no session played before in this
+run (the server meets each task for the first time), then up to ``MIXED_MAX_STEPS`` steps:
+about half the oracle's next call, a third a seeded random pick among
+``info["candidate_actions"]``, the rest invalid (text that is no tool call, or a call naming an
+id never shown). The streams are scripted in this process on the env the server builds
+(the same calls the server then plays, so the rewards of every episode are checked against the
+script's after the timed run). Reported beside the repeated call at the same number of sessions,
+in the same run: step latency p50 and p99 (not minus anything: the steps differ), and steps/s
+over the whole stream (resets included, as in training), with the same figures for the repeated
+call measured right before it; the less favourable first.
 """
 
 from __future__ import annotations
@@ -387,3 +399,201 @@ def _report():
     path = os.environ.get("BUDGET_ENVS_SERVICE_BENCH")
     if path:
         Path(path).write_text(json.dumps({str(c): rounds for c, rounds in RESULTS.items()}))
+
+
+#: Sessions and episodes per session of the mixed stream (per round).
+MIXED = {1: 100, 64: 4}
+MIXED_MAX_STEPS = 12
+MIXED_ROUNDS = 3
+#: Task ids are taken this far apart, so that consecutive episodes differ in level and ticket.
+MIXED_STRIDE = 37
+MIXED_RESULTS: dict[int, list[dict[str, dict]]] = {}
+
+
+def _script_streams(sessions, episodes, first):
+    """``sessions`` lists of ``episodes`` scripted episodes: (task id, actions, final reward).
+
+    Tasks ``first``, ``first + 1``, ... (times :data:`MIXED_STRIDE`, modulo the task count):
+    every episode of the run gets its own task. Played in this process on the env the server
+    builds; each action is the oracle's (p 0.5), a random candidate (0.35) or invalid (0.15).
+    """
+    import gymnasium as gym
+    import numpy as np
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env = gym.make(ENV_ID, budget=None)
+    u = env.unwrapped
+    ids = u.task_ids
+    streams = []
+    for s in range(sessions):
+        stream = []
+        for e in range(episodes):
+            k = first + s * episodes + e
+            tid = ids[(k * MIXED_STRIDE) % len(ids)]
+            rng = np.random.default_rng(k)
+            _, info = env.reset(seed=0, options={"task_id": tid})
+            actions, reward = [], 0.0
+            for _ in range(MIXED_MAX_STEPS):
+                draw = rng.random()
+                if draw < 0.5:
+                    action = u.oracle_actions()[0]
+                elif draw < 0.85:
+                    cands = info["candidate_actions"]
+                    action = cands[int(rng.integers(len(cands)))]
+                elif draw < 0.93:
+                    action = "cancel the order please"
+                else:
+                    action = call_json("get_order", {"order_id": "ord_none"})
+                _, reward, terminated, truncated, info = env.step(action)
+                actions.append(action)
+                if terminated or truncated:
+                    break
+            stream.append((tid, actions, float(reward)))
+        streams.append(stream)
+    env.close()
+    return streams
+
+
+async def _play_streams(url, streams):
+    """Each session plays its stream (reset, steps) at once with the others.
+
+    Returns the step latencies, the wall time of the whole stream (resets included), the steps
+    and the final reward of every episode."""
+    from budget_envs.service import BudgetAction
+
+    latencies: list[float] = []
+    resets: list[float] = []
+    rewards: dict[tuple[int, int], float] = {}
+    ready = 0
+    go = asyncio.Event()
+
+    async def one(s, stream):
+        nonlocal ready
+        async with _ours_client(url) as client:  # connected before the clock starts
+            ready += 1
+            if ready == len(streams):
+                go.set()
+            try:
+                await go.wait()
+                for e, (tid, actions, _) in enumerate(stream):
+                    t0 = time.perf_counter()
+                    await client.reset(seed=0, options={"task_id": tid})
+                    resets.append(time.perf_counter() - t0)
+                    result = None
+                    for action in actions:
+                        t0 = time.perf_counter()
+                        result = await client.step(BudgetAction(action=action))
+                        latencies.append(time.perf_counter() - t0)
+                    rewards[(s, e)] = float(result.reward) if result is not None else 0.0
+            except BaseException:
+                go.set()
+                raise
+            return time.perf_counter()
+
+    tasks = [asyncio.ensure_future(one(s, st)) for s, st in enumerate(streams)]
+    await go.wait()
+    t0 = time.perf_counter()
+    ends = await asyncio.gather(*tasks)
+    return latencies, max(ends) - t0, rewards, resets
+
+
+def _latency_figures(lat, wall, steps, resets=()):
+    lat = sorted(lat)
+    return {
+        "p50_ms": lat[len(lat) // 2] * 1e3,
+        "p99_ms": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3,
+        "steps_s": steps / wall,
+        "steps": steps,
+        "reset_p50_ms": statistics.median(resets) * 1e3 if resets else float("nan"),
+        "resets": len(resets),
+    }
+
+
+@pytest.mark.parametrize("sessions", sorted(MIXED))
+def test_mixed_stream(benchmark, servers, in_process_step, sessions):
+    """A mixed episode stream (new tasks, oracle and candidate calls, invalid ones) vs the
+    repeated ``find_customer`` call, through the same server, alternating."""
+    from budget_envs.service import BudgetAction
+
+    _, action = in_process_step
+    url = servers["tooluse"]
+    episodes = MIXED[sessions]
+    per_round = sessions * episodes
+    # round 0 is the warm-up; every round (and every parameter) plays tasks of its own
+    offset = 1 + sum(c * MIXED[c] * (MIXED_ROUNDS + 1) for c in MIXED if c < sessions)
+    scripts = [
+        _script_streams(sessions, episodes, first=offset + r * per_round)
+        for r in range(MIXED_ROUNDS + 1)
+    ]
+    repeat_steps = max(sum(len(a) for st in scripts[1] for _, a, _ in st) // sessions, 5)
+
+    async def reset_ours(client):
+        await client.reset(seed=0, options={"task_id": 0})
+
+    def repeated():
+        lat, wall = asyncio.run(
+            _load(
+                _ours_client,
+                url,
+                sessions,
+                repeat_steps,
+                lambda: BudgetAction(action=action),
+                reset_ours,
+            )
+        )
+        return _latency_figures(lat, wall, len(lat))
+
+    def mixed(streams):
+        lat, wall, rewards, resets = asyncio.run(_play_streams(url, streams))
+        expected = {(s, e): ep[2] for s, st in enumerate(streams) for e, ep in enumerate(st)}
+        assert rewards == expected, "the served stream's rewards differ from the script's"
+        return _latency_figures(lat, wall, len(lat), resets)
+
+    mixed(scripts[0])
+    repeated()
+    rounds: list[dict[str, dict]] = []
+
+    def one_round():
+        rounds.append({"repeated": repeated(), "mixed": mixed(scripts[len(rounds) + 1])})
+
+    benchmark.group = f"service-mixed-{sessions}"
+    benchmark.pedantic(one_round, rounds=MIXED_ROUNDS, iterations=1)
+    assert len(rounds) == MIXED_ROUNDS
+    MIXED_RESULTS[sessions] = rounds
+    med = statistics.median
+    benchmark.extra_info.update(
+        {
+            f"{kind}_{key}": med(r[kind][key] for r in rounds)
+            for kind in ("mixed", "repeated")
+            for key in ("p50_ms", "p99_ms", "steps_s")
+        }
+    )
+    _report_mixed(sessions, rounds)
+
+
+def _report_mixed(sessions, rounds):
+    med = statistics.median
+    summary = {
+        kind: {key: med(r[kind][key] for r in rounds) for key in ("p50_ms", "p99_ms", "steps_s")}
+        for kind in ("mixed", "repeated")
+    }
+    label = {
+        "mixed": "mixed stream (new task each episode, oracle/candidate/invalid calls)",
+        "repeated": "repeated find_customer call",
+    }
+    lines = [f"\nservice, ToolUse, {sessions} session(s), medians of {len(rounds)} rounds:"]
+    for kind in sorted(summary, key=lambda k: summary[k]["steps_s"]):  # less favourable first
+        f = summary[kind]
+        lines.append(
+            f"  {label[kind]}: {f['steps_s']:,.0f} steps/s, step p50 {f['p50_ms']:.3f} ms, "
+            f"p99 {f['p99_ms']:.3f} ms"
+        )
+    ratio = med(r["mixed"]["steps_s"] / r["repeated"]["steps_s"] for r in rounds)
+    steps, resets = rounds[0]["mixed"]["steps"], rounds[0]["mixed"]["resets"]
+    reset_ms = med(r["mixed"]["reset_p50_ms"] for r in rounds)
+    lines.append(
+        f"  mixed / repeated steps/s: {ratio:.2f} (median of rounds; a round: {steps} mixed "
+        f"steps, {resets} resets inside the stream's wall time, reset p50 {reset_ms:.3f} ms)"
+    )
+    print("\n".join(lines))
