@@ -411,7 +411,8 @@ MIXED_RESULTS: dict[int, list[dict[str, dict]]] = {}
 
 
 def _script_streams(sessions, episodes, first):
-    """``sessions`` lists of ``episodes`` scripted episodes: (task id, actions, final reward).
+    """``sessions`` lists of ``episodes`` scripted episodes: (task id, actions, final reward),
+    and the seconds the env spent in those steps in this process (a first pass too).
 
     Tasks ``first``, ``first + 1``, ... (times :data:`MIXED_STRIDE`, modulo the task count):
     every episode of the run gets its own task. Played in this process on the env the server
@@ -426,6 +427,7 @@ def _script_streams(sessions, episodes, first):
     u = env.unwrapped
     ids = u.task_ids
     streams = []
+    spent = 0.0
     for s in range(sessions):
         stream = []
         for e in range(episodes):
@@ -445,14 +447,16 @@ def _script_streams(sessions, episodes, first):
                     action = "cancel the order please"
                 else:
                     action = call_json("get_order", {"order_id": "ord_none"})
+                t0 = time.perf_counter()
                 _, reward, terminated, truncated, info = env.step(action)
+                spent += time.perf_counter() - t0
                 actions.append(action)
                 if terminated or truncated:
                     break
             stream.append((tid, actions, float(reward)))
         streams.append(stream)
     env.close()
-    return streams
+    return streams, spent
 
 
 async def _play_streams(url, streams):
@@ -526,6 +530,10 @@ def test_mixed_stream(benchmark, servers, in_process_step, sessions):
         _script_streams(sessions, episodes, first=offset + r * per_round)
         for r in range(MIXED_ROUNDS + 1)
     ]
+    in_process = sum(
+        len(a) for streams, _ in scripts[1:] for st in streams for _, a, _ in st
+    ) / sum(spent for _, spent in scripts[1:])
+    scripts = [streams for streams, _ in scripts]
     repeat_steps = max(sum(len(a) for st in scripts[1] for _, a, _ in st) // sessions, 5)
 
     async def reset_ours(client):
@@ -561,6 +569,7 @@ def test_mixed_stream(benchmark, servers, in_process_step, sessions):
     benchmark.pedantic(one_round, rounds=MIXED_ROUNDS, iterations=1)
     assert len(rounds) == MIXED_ROUNDS
     MIXED_RESULTS[sessions] = rounds
+    benchmark.extra_info["mixed_in_process_steps_s"] = in_process
     med = statistics.median
     benchmark.extra_info.update(
         {
@@ -569,10 +578,10 @@ def test_mixed_stream(benchmark, servers, in_process_step, sessions):
             for key in ("p50_ms", "p99_ms", "steps_s")
         }
     )
-    _report_mixed(sessions, rounds)
+    _report_mixed(sessions, rounds, in_process)
 
 
-def _report_mixed(sessions, rounds):
+def _report_mixed(sessions, rounds, in_process):
     med = statistics.median
     summary = {
         kind: {key: med(r[kind][key] for r in rounds) for key in ("p50_ms", "p99_ms", "steps_s")}
@@ -595,5 +604,8 @@ def _report_mixed(sessions, rounds):
     lines.append(
         f"  mixed / repeated steps/s: {ratio:.2f} (median of rounds; a round: {steps} mixed "
         f"steps, {resets} resets inside the stream's wall time, reset p50 {reset_ms:.3f} ms)"
+    )
+    lines.append(
+        f"  the same mixed steps in this process (first pass, one env): {in_process:,.0f} steps/s"
     )
     print("\n".join(lines))
