@@ -78,3 +78,58 @@ def test_packed_log_probs_and_gradients_equal_scoring_every_slot(env_id):
             assert torch.allclose(g_p[name], g_d[name], atol=1e-6, rtol=1e-4), name
     finally:
         env.close()
+
+
+@pytest.mark.slow
+def test_slots_grow_when_a_state_offers_more_than_the_policy_has(tmp_path):
+    """``max_actions=8`` on ToolUse level 1 (states offer up to ~140 actions): training does not
+    die, it grows its slots, carries its weights over and ends; the policy then plays states with
+    more actions than it was ever given slots for."""
+    import json
+
+    from budget_envs.eval.agents import make_agent
+    from budget_envs.integrations.rllib_train import read_metrics, train
+
+    out = tmp_path / "p"
+    train(
+        "BudgetMix/ToolUse-v0",
+        budget=12,
+        env_kwargs={"level": 1},
+        out_dir=out,
+        iterations=2,
+        max_actions=8,
+        train_batch_size=256,
+        minibatch_size=128,
+        warm_start_episodes=2,
+        warm_start_epochs=1,
+    )
+    meta = json.loads((out / "policy.json").read_text())
+    grown = meta.get("slots_grown") or []
+    assert grown and grown[0]["iteration"] == 1, meta
+    assert meta["features"]["max_actions"] == grown[-1]["to"] > 8
+    assert [int(r["iteration"]) for r in read_metrics(out)] == [1, 2]
+
+    import gymnasium as gym
+
+    # A policy folder that says 8 slots still plays states with many more actions (eval scores
+    # exactly the offered rows).
+    meta["features"]["max_actions"] = 8
+    (out / "policy.json").write_text(json.dumps(meta))
+    agent = make_agent(f"policy:{out}")
+    env = gym.make("BudgetMix/ToolUse-v0", budget=12, level=1)
+    most = 0
+    try:
+        for seed in range(10):
+            obs, info = env.reset(seed=seed)
+            hidden = {k: v for k, v in info.items() if k != "budget"}
+            agent.reset(env_id="BudgetMix/ToolUse-v0", observation=obs, info=hidden, seed=seed)
+            done = False
+            while not done:
+                most = max(most, len(info["candidate_actions"]))
+                action = agent.act(obs, {k: v for k, v in info.items() if k != "budget"})
+                assert action in info["candidate_actions"]
+                obs, _, terminated, truncated, info = env.step(action)
+                done = terminated or truncated
+    finally:
+        env.close()
+    assert most > 8, most
