@@ -102,6 +102,7 @@ def train_stage(
                     iterations=0,
                     warm_start_episodes=fam.warm_start_episodes,
                     warm_start_epochs=fam.warm_start_epochs,
+                    warm_start_explore=0.3,  # the study's design (train's default is now 0)
                     **common,
                 )
             if not (target / "checkpoint").exists():
