@@ -55,6 +55,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "budget_envs._util",
             "budget_envs.spaces",
             "budget_envs.prepare",
+            "budget_envs.env_options",
+            "budget_envs.fault_turns",
         ),
     ),
     ("wrappers", ("budget_envs.wrappers",)),

@@ -10,17 +10,22 @@ import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from budget_envs._util import cache_root, check_int, check_levels, missing_dependency
 from budget_envs._util import names_entity as _names
 from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
+from budget_envs.env_options import BaseOptions
 from budget_envs.envs.alfworld import _deps, generate
 from budget_envs.envs.alfworld.engine import AlfredEngine, GameFileError
 from budget_envs.envs.alfworld.oracle import ExpertError, HandcodedOracle, ModelOracle, PlanOracle
 from budget_envs.errors import ActionRejected, UnknownSplit
+from budget_envs.fault_turns import phantom_turn
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 logger = logging.getLogger(__name__)
 
@@ -161,15 +166,9 @@ class AlfWorldEnv(TextAgentEnv):
         oracle: str = "model",
         legacy_put: bool = True,
         reset_cache: bool = True,
-        render_mode: str | None = None,
-        max_action_length: int | None = None,
-        max_observation_length: int | None = None,
+        **base: Unpack[BaseOptions],
     ) -> None:
-        super().__init__(
-            render_mode=render_mode,
-            max_action_length=max_action_length,
-            max_observation_length=max_observation_length,
-        )
+        super().__init__(**base)
         split = _SPLIT_ALIASES.get(split, split) if isinstance(split, str) else split
         if split not in generate.SPLITS:
             hint = ""
@@ -531,7 +530,7 @@ class AlfWorldEnv(TextAgentEnv):
         cost-to-go plans around it (UNREACHABLE, and the task lost, when no way is left). The
         explicit kind says so; the silent kind shows only the action's feedback."""
         if kind == "phantom":
-            return self._phantom(action)
+            return phantom_turn(self, action, ending_stands=False)
         if kind in ("unreachable", "silent_unreachable"):
             return self._unreachable(kind, rng, action)
         obs, reward, invalid = self._attempt(action)
@@ -573,16 +572,6 @@ class AlfWorldEnv(TextAgentEnv):
         if self.won:  # the disturbance itself finished the task: the turn's success reward
             reward = 1.0
         return FaultOutcome(f"{obs}\n\n{lead} {feedback}", "world", executed, reward, invalid)
-
-    def _phantom(self, action: Any) -> FaultOutcome:
-        if self.replaying:  # the turn left no trace in the world
-            return FaultOutcome("", "dropped")
-        snap = self.snapshot()
-        obs, reward, invalid = self._attempt(action)
-        if invalid:
-            return FaultOutcome(obs, "none", None, reward, invalid)
-        self.restore(snap)
-        return FaultOutcome(obs, "dropped")
 
     def _unreachable(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
         obs, reward, invalid = self._attempt(action)

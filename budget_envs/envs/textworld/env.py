@@ -17,12 +17,13 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from budget_envs._util import check_split
 from budget_envs.core import UNREACHABLE, TextAgentEnv
+from budget_envs.env_options import BaseOptions
 from budget_envs.envs.textworld import generate as gen
 from budget_envs.envs.textworld import interpreter
 from budget_envs.envs.textworld.faults import FaultHooks
@@ -34,6 +35,9 @@ from budget_envs.envs.textworld.text import MAX_COMMAND_BYTES as MAX_COMMAND_BYT
 from budget_envs.envs.textworld.text import check_command, clean_intro, clean_text
 from budget_envs.envs.textworld.text import meta_verb as meta_verb
 from budget_envs.errors import GenerationError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "CoinCollectorEnv",
@@ -106,15 +110,9 @@ class TextWorldEnv(FaultHooks, NativeSnapshots, TaskList, TextAgentEnv):
         prepare: bool = False,
         generation_timeout: float = 300.0,
         oracle_max_states: int = 1000,
-        render_mode: str | None = None,
-        max_action_length: int | None = None,
-        max_observation_length: int | None = None,
+        **base: Unpack[BaseOptions],
     ) -> None:
-        super().__init__(
-            render_mode=render_mode,
-            max_action_length=max_action_length,
-            max_observation_length=max_observation_length,
-        )
+        super().__init__(**base)
         if isinstance(generation_timeout, bool) or not isinstance(generation_timeout, (int, float)):
             raise TypeError(f"generation_timeout must be a number, got {generation_timeout!r}")
         if not generation_timeout > 0:

@@ -14,6 +14,7 @@ import numpy as np
 from budget_envs._util import names_entity as _names
 from budget_envs.core import UNREACHABLE, FaultOutcome
 from budget_envs.errors import ActionRejected
+from budget_envs.fault_turns import phantom_turn
 
 __all__ = ["FaultHooks"]
 
@@ -55,7 +56,7 @@ class FaultHooks:
         feedback, and its refusals say "Nothing happens." Without the exact oracle only things
         TextWorld's winning policy does not use are drawn."""
         if kind == "phantom":
-            return self._phantom(action)
+            return phantom_turn(self, action, ending_stands=True)
         if kind in ("unreachable", "silent_unreachable"):
             return self._unreachable(kind, rng, action)
         obs, reward, invalid = self._attempt(action)
@@ -83,16 +84,6 @@ class FaultHooks:
         return FaultOutcome(
             "\n\n".join(parts), "world" if changed else "none", executed, reward, invalid
         )
-
-    def _phantom(self, action: Any) -> FaultOutcome:
-        if self.replaying:  # the turn left no trace in the game
-            return FaultOutcome("", "dropped")
-        snap = self.snapshot()
-        obs, reward, invalid = self._attempt(action)
-        if invalid or self.won or self.lost:
-            return FaultOutcome(obs, "none", None if invalid else action, reward, invalid)
-        self.restore(snap)
-        return FaultOutcome(obs, "dropped")
 
     def _unreachable(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
         obs, reward, invalid = self._attempt(action)

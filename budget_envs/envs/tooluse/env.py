@@ -15,12 +15,13 @@ import logging
 import re
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from budget_envs._util import UNSEEN_SPLIT, check_int, check_levels, check_split, split_seed
 from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
+from budget_envs.env_options import BaseOptions
 from budget_envs.envs.tooluse import oracle as orc
 from budget_envs.envs.tooluse.lru import BLOCK_CACHE_SIZE, LRUCache
 from budget_envs.envs.tooluse.tasks import DECLINE_NOTE, LEVELS, Task, make_task
@@ -40,6 +41,9 @@ from budget_envs.envs.tooluse.tools import (
 )
 from budget_envs.envs.tooluse.world import World, get_world
 from budget_envs.errors import ActionRejected
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["ToolUseEnv"]
 
@@ -150,15 +154,9 @@ class ToolUseEnv(TextAgentEnv):
         tasks_per_level: int = 5000,
         world_seed: int = 0,
         split: str = "train",
-        render_mode: str | None = None,
-        max_action_length: int | None = None,
-        max_observation_length: int | None = None,
+        **base: Unpack[BaseOptions],
     ) -> None:
-        super().__init__(
-            render_mode=render_mode,
-            max_action_length=max_action_length,
-            max_observation_length=max_observation_length,
-        )
+        super().__init__(**base)
         self.levels = check_levels(level, sorted(LEVELS))
         self.tasks_per_level = check_int("tasks_per_level", tasks_per_level, lo=1, hi=10**6)
         self.split = check_split(split, extra=(UNSEEN_SPLIT,))

@@ -18,12 +18,13 @@ import logging
 import re
 import weakref
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from budget_envs._util import UNSEEN_SPLIT, check_int, check_levels, check_split, split_seed
 from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
+from budget_envs.env_options import BaseOptions
 from budget_envs.envs.webshop.app import MAX_BODY
 from budget_envs.envs.webshop.client import CONNECTION_ERRORS, ShopConnection
 from budget_envs.envs.webshop.oracle import oracle
@@ -31,6 +32,9 @@ from budget_envs.envs.webshop.scoring import SCORING_MODES
 from budget_envs.envs.webshop.shop import SEP
 from budget_envs.envs.webshop.tasks import LEVELS, PAGE_SIZE, Task
 from budget_envs.errors import ActionRejected, WebShopServerError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["WebShopEnv", "WebShopServerError"]
 
@@ -165,15 +169,9 @@ class WebShopEnv(TextAgentEnv):
         base_url: str | None = None,
         host: str = "127.0.0.1",
         timeout: float = 30.0,
-        render_mode: str | None = None,
-        max_action_length: int | None = None,
-        max_observation_length: int | None = None,
+        **base: Unpack[BaseOptions],
     ) -> None:
-        super().__init__(
-            render_mode=render_mode,
-            max_action_length=max_action_length,
-            max_observation_length=max_observation_length,
-        )
+        super().__init__(**base)
         levels = check_levels(level, LEVELS)
         tasks_per_level = check_int("tasks_per_level", tasks_per_level, lo=1, hi=10_000)
         num_products = check_int("num_products", num_products, lo=1000)
