@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import sys
+from argparse import Namespace
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,12 +18,14 @@ __all__ = [
     "Progress",
     "StageBars",
     "check_env_ids",
+    "options_named",
     "few_tasks_warning",
     "in_ci",
     "missing_modules",
     "parse_faults",
     "pip_extra",
     "print_few_tasks_warning",
+    "run_with_bar",
 ]
 
 #: Below this many tasks, a bootstrap interval over tasks says little (a 3-task run of a perfect
@@ -113,6 +116,31 @@ def pip_extra(extra: str) -> str:
     'pip install -e ".[rllib]" (in a clone of budget-envs)'
     """
     return f'pip install -e ".[{extra}]" (in a clone of budget-envs)'
+
+
+def options_named(args: Namespace, *names: str) -> dict[str, Any]:
+    """The parsed options ``names`` as keyword arguments of the same names, for a library call
+    whose parameters the command's options are named after (``--max-turns`` is ``max_turns=``).
+
+    >>> options_named(Namespace(tasks=3, seed=0, quiet=True), "tasks", "seed")
+    {'tasks': 3, 'seed': 0}
+    """
+    return {name: getattr(args, name) for name in names}
+
+
+def run_with_bar(plan: Any, out_dir: Any, desc: str, *, quiet: bool, **options: Any) -> Any:
+    """:func:`budget_envs.eval.runner.run_plan` of ``plan`` into ``out_dir`` with a
+    :class:`Progress` bar titled ``desc`` on stderr (none when ``quiet``), closed however the run
+    ends; ``options`` are ``run_plan``'s own (``workers``, ``resume``...)."""
+    from budget_envs.eval.runner import run_plan
+
+    progress = Progress(desc, enabled=not quiet)
+    try:
+        return run_plan(
+            plan, out_dir, on_start=progress.start, on_record=progress.record, **options
+        )
+    finally:
+        progress.close()
 
 
 class Progress:

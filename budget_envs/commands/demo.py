@@ -11,13 +11,14 @@ from typing import Any, TextIO
 
 from budget_envs import demo
 from budget_envs.commands.common import (
-    Progress,
     StageBars,
     check_env_ids,
     in_ci,
     missing_modules,
+    options_named,
     pip_extra,
     print_few_tasks_warning,
+    run_with_bar,
 )
 from budget_envs.errors import UsageError
 
@@ -94,39 +95,39 @@ def _run_references(
 ) -> tuple[int, list[dict[str, Any]]]:
     """Each env's hidden and visible runs into ``runs`` (resumed when there): the exit code so
     far and every record."""
-    from budget_envs.eval.runner import load_records, run_plan
+    from budget_envs.eval.runner import load_records
 
     rc = 0
     records: list[dict[str, Any]] = []
     for env_id in env_ids:
         plans = demo.demo_plans(
             env_id,
-            epsilon=args.epsilon,
-            tasks=args.tasks,
-            samples=args.samples,
-            fault_turns=args.fault_turns,
-            probe_states=args.probe_states,
-            seed=args.seed,
-            max_turns=args.max_turns,
+            **options_named(
+                args,
+                "epsilon",
+                "tasks",
+                "samples",
+                "fault_turns",
+                "probe_states",
+                "seed",
+                "max_turns",
+            ),
         )
         slug = env_id.replace("/", "_")
         for name, plan in plans:
-            progress = Progress(f"{env_id} {name}", enabled=not args.quiet)
             try:
-                result = run_plan(
+                result = run_with_bar(
                     plan,
                     runs / f"{slug}_{name}",
+                    f"{env_id} {name}",
+                    quiet=args.quiet,
                     workers=args.workers,
                     resume=True,
-                    on_start=progress.start,
-                    on_record=progress.record,
                 )
             except Exception as exc:
                 print(f"FAILED {env_id} ({name} run): {type(exc).__name__}: {exc}", file=out)
                 rc = 1
                 continue
-            finally:
-                progress.close()
             if result.errors:
                 rc = 1
                 print(

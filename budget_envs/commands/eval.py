@@ -13,7 +13,12 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from budget_envs.commands.common import Progress, check_env_ids, print_few_tasks_warning
+from budget_envs.commands.common import (
+    check_env_ids,
+    options_named,
+    print_few_tasks_warning,
+    run_with_bar,
+)
 from budget_envs.errors import UsageError
 
 __all__ = ["cmd_eval", "parse_agents"]
@@ -121,7 +126,7 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         RecordsWriteError,
         RunInUse,
     )
-    from budget_envs.eval.runner import TRANSCRIPTS_FILE, EvalPlan, load_records, run_plan
+    from budget_envs.eval.runner import TRANSCRIPTS_FILE, EvalPlan, load_records
     from budget_envs.eval.runner.ray_backend import RayUnavailable
 
     check_env_ids(args.env_ids)
@@ -154,16 +159,13 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         )
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    progress = Progress("eval", enabled=not args.quiet)
     try:
-        result = run_plan(
+        result = run_with_bar(
             plan,
             args.out,
-            workers=args.workers,
-            ray=args.ray,
-            resume=args.resume,
-            on_start=progress.start,
-            on_record=progress.record,
+            "eval",
+            quiet=args.quiet,
+            **options_named(args, "workers", "ray", "resume"),
         )
     except FileExistsError as exc:
         raise UsageError(str(exc)) from None
@@ -177,11 +179,8 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     except gym.error.DependencyNotInstalled as exc:
         raise UsageError(str(exc)) from None
     except RecordsWriteError as exc:  # a full disk: one line, not a traceback
-        progress.close()
         print(f"budgetmix eval: {exc}", file=sys.stderr)
         return 1
-    finally:
-        progress.close()
     prefix = f", {result.prefix_total} of them prefix probes" if plan.prefix_turns else ""
     print(
         f"{result.ran} records written to {result.run_dir} ({result.skipped} already done, "

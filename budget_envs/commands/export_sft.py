@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from budget_envs.commands.common import check_env_ids
+from budget_envs.commands.common import check_env_ids, options_named
 from budget_envs.errors import UsageError
 
 __all__ = ["cmd_export_sft"]
@@ -41,13 +41,9 @@ def cmd_export_sft(args: argparse.Namespace, out: TextIO) -> int:
         result = export_sft(
             args.env_id,
             args.out,
-            tasks=args.tasks,
-            split=args.split,
-            agent=args.agent,
-            budget=args.budget,
-            visibility=args.visibility,
-            env_kwargs=args.env_kwargs,
-            seed=args.seed,
+            **options_named(
+                args, "tasks", "split", "agent", "budget", "visibility", "env_kwargs", "seed"
+            ),
             on_start=start,
             on_row=row,
         )
