@@ -17,10 +17,13 @@ import logging
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from budget_envs.errors import RecordsWriteError
 from budget_envs.eval.runner.plan import EpisodeJob, PrefixJob, ProbeJob
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = [
     "CONFIG_FILE",
@@ -395,7 +398,20 @@ def record_json(record: Any) -> dict[str, Any]:
     }
 
 
-class RecordsWriter:
+class ClosesOnExit:
+    """A writer that a ``with`` block closes at its end (through the writer's ``close``)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class RecordsWriter(ClosesOnExit):
     """Append records to a run's ``records.jsonl``, one whole line each, or fail cleanly.
 
     Each line goes out in unbuffered writes straight to the file. If a write fails (``ENOSPC``,
@@ -442,9 +458,3 @@ class RecordsWriter:
 
     def close(self) -> None:
         self._fh.close()
-
-    def __enter__(self) -> RecordsWriter:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()

@@ -27,6 +27,7 @@ from typing import Any
 from budget_envs.eval.outdir import out_dir_error, write_atomic
 from budget_envs.eval.runner.plan import make_env
 from budget_envs.eval.runner.records import (
+    ClosesOnExit,
     EpisodeRecord,
     RecordsWriter,
     drop_torn_tail,
@@ -114,7 +115,7 @@ class _Job:
 
 
 # ---------------------------------------------------------------------- the file
-class TranscriptsWriter:
+class TranscriptsWriter(ClosesOnExit):
     """Appends the row of every episode record that has a transcript and no error, one whole
     line each (a :class:`~.records.RecordsWriter` underneath: a full disk cuts the torn line off
     and raises :class:`~budget_envs.errors.RecordsWriteError`)."""
@@ -154,12 +155,6 @@ class TranscriptsWriter:
 
     def close(self) -> None:
         self._out.close()
-
-    def __enter__(self) -> TranscriptsWriter:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 def _row_key(raw: bytes) -> str | None:
