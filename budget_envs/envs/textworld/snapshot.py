@@ -35,6 +35,25 @@ class _Native:
     told: frozenset = frozenset()
 
 
+#: The fields of :class:`_Native` kept as they are, read from and restored to TextWorld's tracker
+#: (field, tracker attribute) and to the env itself (field, env attribute): one table serves
+#: snapshot and restore, so neither can miss a field the other has.
+_TRACKER_FIELDS = (
+    ("last_action", "_last_action"),
+    ("previous_policy", "_previous_winning_policy"),
+    ("current_policy", "_current_winning_policy"),
+    ("moves", "_moves"),
+)
+_ENV_FIELDS = (
+    ("marks", "_marks"),
+    ("marks_moves", "_marks_moves"),
+    ("won", "won"),
+    ("lost", "lost"),
+    ("blocked", "blocked"),
+    ("told", "_told"),
+)
+
+
 class NativeSnapshots:
     """The snapshot hooks of :class:`~budget_envs.core.TextAgentEnv` for the TextWorld env.
 
@@ -49,18 +68,10 @@ class NativeSnapshots:
             path=self._path,
             jericho=self._jericho.get_state(),
             progression=tracker._game_progression.copy(),
-            last_action=tracker._last_action,
-            previous_policy=tracker._previous_winning_policy,
-            current_policy=tracker._current_winning_policy,
-            moves=tracker._moves,
             prev_state=self._i7data._prev_state,
             state=self._state,
-            marks=self._marks,
-            marks_moves=self._marks_moves,
-            won=self.won,
-            lost=self.lost,
-            blocked=self.blocked,
-            told=self._told,
+            **{name: getattr(tracker, attr) for name, attr in _TRACKER_FIELDS},
+            **{name: getattr(self, attr) for name, attr in _ENV_FIELDS},
         )
 
     def _restore_state(self, payload: _Native) -> None:
@@ -69,20 +80,14 @@ class NativeSnapshots:
         self._jericho.set_state(payload.jericho)
         tracker = self._tracker
         tracker._game_progression = payload.progression.copy()
-        tracker._last_action = payload.last_action
-        tracker._previous_winning_policy = payload.previous_policy
-        tracker._current_winning_policy = payload.current_policy
-        tracker._moves = payload.moves
+        for name, attr in _TRACKER_FIELDS:
+            setattr(tracker, attr, getattr(payload, name))
         self._i7data._prev_state = payload.prev_state
         for layer in (self._tw, tracker, self._i7data):
             layer.state = payload.state
         self._state = payload.state
-        self._marks = payload.marks
-        self._marks_moves = payload.marks_moves
-        self.won = payload.won
-        self.lost = payload.lost
-        self.blocked = payload.blocked
-        self._told = payload.told
+        for name, attr in _ENV_FIELDS:
+            setattr(self, attr, getattr(payload, name))
 
     def _state_digest(self) -> str:
         """The game's logic facts (sorted text) and the quests completed so far.
