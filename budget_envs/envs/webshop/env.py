@@ -209,6 +209,9 @@ class WebShopEnv(TextAgentEnv):
         self._view = ""
         self._score = 0.0
         self._purchase: dict[str, Any] | None = None
+        #: (instruction, its search candidates): :func:`goal_queries` (about 0.1 ms) made once
+        #: per task, not at every step that offers a search.
+        self._searches: tuple[str, tuple[str, ...]] = ("", ())
         prefix = "" if self.split == "train" else f"{self.split}/"
         self._ids = tuple(
             f"{prefix}L{lv}-{i:04d}" for lv in levels for i in range(self.tasks_per_level)
@@ -503,10 +506,16 @@ class WebShopEnv(TextAgentEnv):
         out: list[str] = []
         for action in self._admissible_now:
             if action == "search[...]":
-                out += [f"search[{q}]" for q in goal_queries(self._task.instruction)]
+                out += self._search_candidates(self._task.instruction)
             else:
                 out.append(action)
         return list(dict.fromkeys(out))
+
+    def _search_candidates(self, instruction: str) -> tuple[str, ...]:
+        if self._searches[0] != instruction:
+            queries = tuple(f"search[{q}]" for q in goal_queries(instruction))
+            self._searches = (instruction, queries)
+        return self._searches[1]
 
     def sample_action(self, rng: np.random.Generator) -> str:
         """A random admissible action; a search uses words of the instruction."""
