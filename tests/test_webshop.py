@@ -832,3 +832,59 @@ def test_headless_chromium_shows_item_page(server, env, tmp_path):
             idat += data[pos + 8 : pos + 8 + length]
         pos += 12 + length
     assert len(set(zlib.decompress(idat))) > 40
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "body", "close"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", 200, b"{}", False),
+        (
+            b"HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 1\r\n\r\nx",
+            404,
+            b"x",
+            True,
+        ),
+        (b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\nx", 200, b"x", True),
+        (
+            b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 1\r\n\r\nx",
+            200,
+            b"x",
+            False,
+        ),
+        (b"HTTP/1.1 200 OK\r\n\r\nto the end", 200, b"to the end", True),
+        (b"HTTP/1.1 204 No Content\r\n\r\n", 204, b"", False),
+        (
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"3\r\nabc\r\n2;x=1\r\nde\r\n0\r\nTrailer: t\r\n\r\n",
+            200,
+            b"abcde",
+            False,
+        ),
+    ],
+)
+def test_the_env_connection_reads_any_framing_of_an_answer(raw, status, body, close):
+    import io
+
+    from budget_envs.envs.webshop.client import _read_answer
+
+    assert _read_answer(io.BytesIO(raw), "GET") == (status, body, close)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"garbage\r\n\r\n",
+        b"HTTP/1.1 abc OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab",
+        b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+    ],
+)
+def test_a_cut_or_malformed_answer_raises_an_http_error(raw):
+    import http.client
+    import io
+
+    from budget_envs.envs.webshop.client import _read_answer
+
+    with pytest.raises(http.client.HTTPException):
+        _read_answer(io.BytesIO(raw), "GET")

@@ -24,6 +24,9 @@ __all__ = ["ShopConnection"]
 #: Characters a request target keeps as they are (the rest is percent-encoded, as requests does).
 _SAFE = "/?=&%:@!$'()*+,;~-._"
 
+#: Longest line of an answer's head, and most header lines (http.client's limits).
+_MAX_LINE = 65536
+_MAX_HEADERS = 100
 #: What a failed request raises (the env turns it into a WebShopServerError).
 CONNECTION_ERRORS = (OSError, http.client.HTTPException)
 
@@ -48,6 +51,7 @@ class ShopConnection:
     def __init__(self, timeout: float) -> None:
         self.timeout = float(timeout)
         self._sock: socket.socket | None = None
+        self._rfile: Any = None  # the socket's buffered reader, kept across answers
         self._origin: str | None = None
         self._host = b""
         self._prefix = ""
@@ -73,6 +77,7 @@ class ShopConnection:
                     sock, server_hostname=parts.hostname
                 )
             self._sock, self._origin = sock, base_url
+            self._rfile = sock.makefile("rb")
             self._host = parts.netloc.rpartition("@")[2].encode("idna")
             self._prefix = parts.path.rstrip("/")
         return sock
@@ -107,17 +112,15 @@ class ShopConnection:
             if body is not None or method in ("POST", "PUT"):
                 head.append(b"Content-Length: %d" % len(data))
             sock.sendall(b"\r\n".join(head) + b"\r\n\r\n" + data)
-            resp = http.client.HTTPResponse(sock, method=method)
-            resp.begin()
-            payload = resp.read()
+            status, payload, will_close = _read_answer(self._rfile, method)
             if timeout is not None:
                 sock.settimeout(self.timeout)
         except BaseException:
             self.close()
             raise
-        if resp.will_close:
+        if will_close:
             self.close()
-        return resp.status, payload
+        return status, payload
 
     @staticmethod
     def decode(payload: bytes) -> Any:
@@ -127,11 +130,92 @@ class ShopConnection:
     def close(self) -> None:
         """Close the connection (a later request opens a new one)."""
         sock, self._sock, self._origin = self._sock, None, None
+        rfile, self._rfile = self._rfile, None
+        if rfile is not None:
+            rfile.close()
         if sock is not None:
             try:
                 sock.close()
             except OSError:  # pragma: no cover - closing an already broken socket
                 pass
+
+
+def _read_answer(rfile: Any, method: str) -> tuple[int, bytes, bool]:
+    """``(status, body, close after it)`` of the next answer on ``rfile``.
+
+    The answer's head is read line by line (``http.client``'s header parser, built on the
+    ``email`` package, was a third of the client's Python per step); the body by its
+    Content-Length, by chunks, or to the end of the connection. Informational (1xx) answers are
+    skipped. A malformed or cut answer raises an ``http.client.HTTPException``."""
+    while True:
+        line = rfile.readline(_MAX_LINE + 1)
+        if not line:
+            raise http.client.RemoteDisconnected(
+                "the server closed the connection without an answer"
+            )
+        parts = line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or len(line) > _MAX_LINE:
+            raise http.client.BadStatusLine(repr(line[:100]))
+        try:
+            status = int(parts[1])
+        except ValueError:
+            raise http.client.BadStatusLine(repr(line[:100])) from None
+        if not 100 <= status <= 999:
+            raise http.client.BadStatusLine(repr(line[:100]))
+        close = parts[0] == b"HTTP/1.0"
+        length: int | None = None
+        chunked = False
+        for _ in range(_MAX_HEADERS + 1):
+            header = rfile.readline(_MAX_LINE + 1)
+            if header in (b"\r\n", b"\n", b""):
+                break
+            if len(header) > _MAX_LINE:
+                raise http.client.LineTooLong("header line")
+            name, _, value = header.partition(b":")
+            name = name.strip().lower()
+            value = value.strip().lower()
+            if name == b"content-length":
+                if not value.isdigit():
+                    raise http.client.HTTPException(f"bad Content-Length {value[:40]!r}")
+                length = int(value)
+            elif name == b"transfer-encoding":
+                chunked = value.endswith(b"chunked")
+            elif name == b"connection":
+                tokens = {t.strip() for t in value.split(b",")}
+                close = b"close" in tokens or (close and b"keep-alive" not in tokens)
+        else:
+            raise http.client.HTTPException(f"more than {_MAX_HEADERS} headers")
+        if status >= 200:
+            break
+    if status in (204, 304) or method == "HEAD":
+        return status, b"", close
+    if chunked:
+        return status, _read_chunks(rfile), close
+    if length is None:
+        return status, rfile.read(), True
+    body = rfile.read(length)
+    if len(body) < length:
+        raise http.client.IncompleteRead(body, length - len(body))
+    return status, body, close
+
+
+def _read_chunks(rfile: Any) -> bytes:
+    out = bytearray()
+    while True:
+        line = rfile.readline(_MAX_LINE + 1)
+        try:
+            size = int(line.split(b";", 1)[0].strip(), 16)
+        except ValueError:
+            raise http.client.IncompleteRead(bytes(out)) from None
+        if size == 0:
+            while rfile.readline(_MAX_LINE + 1) not in (b"\r\n", b"\n", b""):
+                pass  # trailers
+            return bytes(out)
+        chunk = rfile.read(size)
+        if len(chunk) < size:
+            raise http.client.IncompleteRead(bytes(out) + chunk, size - len(chunk))
+        out += chunk
+        rfile.readline(_MAX_LINE + 1)  # the CRLF after the chunk
 
 
 def _dropped(sock: socket.socket) -> bool:
