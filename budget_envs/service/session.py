@@ -468,20 +468,10 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         if self._closed:
             raise SessionClosed("this session is closed; open a new session")
 
-    async def reset_async(
-        self,
-        seed: int | None = None,
-        episode_id: str | None = None,
-        options: dict[str, Any] | None = None,
-        request_id: str | None = None,
-        info_delta: bool = False,
-        **kwargs: Any,
-    ) -> BudgetObservation:
-        """:meth:`reset` through the server's lane; the first one (it builds the env) always
-        runs on the worker thread."""
-        call = functools.partial(
-            self.reset, seed, episode_id, options, request_id, info_delta, **kwargs
-        )
+    async def reset_async(self, *args: Any, **kwargs: Any) -> BudgetObservation:
+        """:meth:`reset` (the same arguments, checked there) through the server's lane; the
+        first one (it builds the env) always runs on the worker thread."""
+        call = functools.partial(self.reset, *args, **kwargs)
         if self._env is None and not self._closed:
             return await self._lane.run("open", call, inline=False)
         return await self._lane.run("reset", call)
