@@ -243,6 +243,16 @@ class _Socket:
         self.ws = ws
         self.gone = False
 
+    @classmethod
+    async def accept(cls, ws: WebSocket) -> _Socket | None:
+        """``ws`` accepted, wrapped; None when its client left before that."""
+        sock = cls(ws)
+        try:
+            await ws.accept()
+        except Exception:
+            return None
+        return sock
+
     async def send(self, text: str) -> bool:
         if self.gone:
             return False
@@ -285,10 +295,8 @@ def add_session_routes(app: FastAPI, table: SessionTable) -> None:
 
     @app.websocket("/ws")
     async def ws_session(websocket: WebSocket) -> None:
-        sock = _Socket(websocket)
-        try:
-            await websocket.accept()
-        except Exception:
+        sock = await _Socket.accept(websocket)
+        if sock is None:
             return  # the client left before its session began
         requested = websocket.query_params.get("session_id")
         try:
@@ -337,10 +345,8 @@ def add_session_routes(app: FastAPI, table: SessionTable) -> None:
 
     @app.websocket("/mcp")
     async def mcp_socket(websocket: WebSocket) -> None:
-        sock = _Socket(websocket)
-        try:
-            await websocket.accept()
-        except Exception:
+        sock = await _Socket.accept(websocket)
+        if sock is None:
             return
         while True:
             text = await sock.receive()
