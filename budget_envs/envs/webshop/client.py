@@ -56,7 +56,7 @@ class ShopConnection:
         self._host = b""
         self._prefix = ""
 
-    def _socket(self, base_url: str) -> socket.socket:
+    def _socket(self, base_url: str, timeout: float) -> socket.socket:
         sock = self._sock
         if sock is not None and (self._origin != base_url or _dropped(sock)):
             self.close()
@@ -65,7 +65,7 @@ class ShopConnection:
             parts = urlsplit(base_url)
             https = parts.scheme == "https"
             port = parts.port or (443 if https else 80)
-            sock = socket.create_connection((parts.hostname, port), timeout=self.timeout)
+            sock = socket.create_connection((parts.hostname, port), timeout=timeout)
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:  # pragma: no cover - a socket without TCP options
@@ -96,7 +96,7 @@ class ShopConnection:
         server cannot be reached or does not answer; the connection is then closed (the next
         request opens a new one)."""
         try:
-            sock = self._socket(base_url)
+            sock = self._socket(base_url, self.timeout if timeout is None else timeout)
             if timeout is not None:
                 sock.settimeout(timeout)
             head = [
