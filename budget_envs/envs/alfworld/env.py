@@ -16,13 +16,13 @@ import numpy as np
 
 from budget_envs._util import cache_root, check_int, check_levels, missing_dependency
 from budget_envs._util import names_entity as _names
-from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
+from budget_envs.core import UNREACHABLE, TextAgentEnv
 from budget_envs.env_options import BaseOptions
 from budget_envs.envs.alfworld import _deps, generate
 from budget_envs.envs.alfworld.engine import AlfredEngine, GameFileError
 from budget_envs.envs.alfworld.oracle import ExpertError, HandcodedOracle, ModelOracle, PlanOracle
 from budget_envs.errors import ActionRejected, UnknownSplit
-from budget_envs.fault_turns import phantom_turn
+from budget_envs.fault_turns import ReachFaults
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -96,7 +96,7 @@ def collect_game_files(split_dir: str | os.PathLike, task_types: Sequence[str]) 
 _SPLIT_ALIASES = {"valid": "valid_seen", "test": "valid_unseen"}
 
 
-class AlfWorldEnv(TextAgentEnv):
+class AlfWorldEnv(ReachFaults, TextAgentEnv):
     """ALFWorld household tasks (six task types) played through alfworld's TextWorld PDDL engine.
 
     By default the tasks come from a seeded generator that writes them in ALFWorld's dataset layout
@@ -145,12 +145,8 @@ class AlfWorldEnv(TextAgentEnv):
 
     oracle_exact: bool = False
     native_snapshot: ClassVar[bool] = False
-    family_fault_cells: ClassVar[dict[str, tuple[str, str]]] = {
-        "perturb": ("explicit", "transient"),
-        "phantom": ("silent", "transient"),
-        "unreachable": ("explicit", "permanent"),
-        "silent_unreachable": ("silent", "permanent"),
-    }
+    #: ``phantom`` rolls back even an action that wins or loses the episode.
+    phantom_ending_stands: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -514,29 +510,11 @@ class AlfWorldEnv(TextAgentEnv):
         return len(self._planner.plan())
 
     # ------------------------------------------------------------------ faults
-    def fault_kinds(self) -> tuple[str, ...]:
-        return ("perturb", "phantom", "unreachable", "silent_unreachable")
-
-    def _fault(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
-        """``perturb``: the agent's action is handled as usual, then the world changes under the
-        player: a held object slips into a receptacle here, something closes, or the player
-        wanders to another place (each a real engine move, so oracle tracking stays exact).
-
-        ``phantom`` (silent): the action's usual feedback is shown but the action did not
-        happen (the state is rolled back). ``unreachable`` / ``silent_unreachable``
-        (permanent): the action is handled as usual, then one thing within reach (an object or
-        a receptacle named by an admissible command, drawn from ``rng``; never what the player
-        holds) becomes unreachable for the rest of the episode: commands naming it are no longer admissible, and the oracle's
-        cost-to-go plans around it (UNREACHABLE, and the task lost, when no way is left). The
-        explicit kind says so; the silent kind shows only the action's feedback."""
-        if kind == "phantom":
-            return phantom_turn(self, action, ending_stands=False)
-        if kind in ("unreachable", "silent_unreachable"):
-            return self._unreachable(kind, rng, action)
-        obs, reward, invalid = self._attempt(action)
-        executed = None if invalid else action
-        if self.won or self.lost:
-            return FaultOutcome(obs, "none", executed, reward, invalid)
+    # The kinds and their dispatch are ReachFaults' (fault_turns.py); what ALFWorld's world does:
+    def _perturb(self, rng: np.random.Generator, obs: str, reward: float) -> tuple[str, str, float]:
+        """``perturb``: the world changes under the player: a held object slips into a
+        receptacle here, something closes, or the player wanders to another place (drawn from
+        ``rng``; each a real engine move, so oracle tracking stays exact)."""
         engine = self._engine
         admissible = engine.admissible
         held = [f.arguments[1].name for f in engine._state.facts if f.name == "holds"]
@@ -552,12 +530,10 @@ class AlfWorldEnv(TextAgentEnv):
         }
         kinds = [k for k in ("dropped", "closed", "moved") if options[k]]
         if not kinds:
-            return FaultOutcome(
+            return (
                 f"{obs}\n\nYou feel a little dizzy for a moment, but nothing changes.",
                 "none",
-                executed,
                 reward,
-                invalid,
             )
         which = kinds[int(rng.integers(len(kinds)))]
         command = options[which][int(rng.integers(len(options[which])))]
@@ -571,13 +547,13 @@ class AlfWorldEnv(TextAgentEnv):
         }[which]
         if self.won:  # the disturbance itself finished the task: the turn's success reward
             reward = 1.0
-        return FaultOutcome(f"{obs}\n\n{lead} {feedback}", "world", executed, reward, invalid)
+        return f"{obs}\n\n{lead} {feedback}", "world", reward
 
-    def _unreachable(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
-        obs, reward, invalid = self._attempt(action)
-        executed = None if invalid else action
-        if self.won or self.lost:
-            return FaultOutcome(obs, "none", executed, reward, invalid)
+    def _reach_pool(self) -> list[str]:
+        """``unreachable`` / ``silent_unreachable`` draw from these: objects and receptacles
+        named by an admissible command, never what the player holds (with the planner as oracle,
+        only what its plan does not use: it ignores blocks). Commands naming a thing out of
+        reach are no longer admissible, and the oracle's cost-to-go plans around it."""
         engine = self._engine
         infos = engine._game.entity_infos
         held = {infos[f.arguments[1].name].name for f in engine._state.facts if f.name == "holds"}
@@ -587,18 +563,14 @@ class AlfWorldEnv(TextAgentEnv):
             plan = self._planner.plan()
             used = {n for n in names for c in plan if _names(c, n)}
             names = [n for n in names if n not in used]
-        pool = sorted({n for n in names for c in wanted if _names(c, n)})
-        if not pool:
-            return FaultOutcome(obs, "none", executed, reward, invalid)
-        gone = pool[int(rng.integers(len(pool)))]
-        self.blocked = self.blocked | {gone}
-        if self._model is not None:
-            solved = self._model.solve(engine, self.blocked)
-            if solved is not None and solved[0] >= UNREACHABLE:
-                self.lost = True
-        if kind == "unreachable":
-            obs = f"{obs}\n\nThe {gone} is suddenly out of reach; you will not get to it again."
-        return FaultOutcome(obs, "world", executed, reward, invalid)
+        return sorted({n for n in names for c in wanted if _names(c, n)})
+
+    def _lost_for_good(self) -> bool:
+        """Whether the model finds no way to win around ``blocked`` (never without the model)."""
+        if self._model is None:
+            return False
+        solved = self._model.solve(self._engine, self.blocked)
+        return solved is not None and solved[0] >= UNREACHABLE
 
     def _state_digest(self) -> str | None:
         """The PDDL state's facts (sorted text): locations, contents, held, open, toggled.

@@ -7,69 +7,43 @@ dropped from the admissible ones and the exact oracle plans without it.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from budget_envs._util import names_entity as _names
-from budget_envs.core import UNREACHABLE, FaultOutcome
+from budget_envs.core import UNREACHABLE
 from budget_envs.errors import ActionRejected
-from budget_envs.fault_turns import phantom_turn
+from budget_envs.fault_turns import ReachFaults
 
 __all__ = ["FaultHooks"]
 
 
-class FaultHooks:
-    """The fault hooks of :class:`~budget_envs.core.TextAgentEnv` for the TextWorld env.
+class FaultHooks(ReachFaults):
+    """The fault hooks of :class:`~budget_envs.core.TextAgentEnv` for the TextWorld env: the
+    kinds and their dispatch are :class:`~budget_envs.fault_turns.ReachFaults`'; this says what
+    TextWorld's world does.
 
     Mixed into :class:`~budget_envs.envs.textworld.env.TextWorldEnv`: it plays real game moves
     (``_play``, ``_attempt``), reads the admissible commands, the oracle (``oracle_actions``,
     ``_graph_lookup``) and TextWorld's tracker, and owns ``blocked`` and ``_told``.
     """
 
-    family_fault_cells: ClassVar[dict[str, tuple[str, str]]] = {
-        "perturb": ("explicit", "transient"),
-        "phantom": ("silent", "transient"),
-        "unreachable": ("explicit", "permanent"),
-        "silent_unreachable": ("silent", "permanent"),
-    }
+    #: ``phantom`` leaves an action that ends the game to stand: its feedback could not be shown
+    #: without its end.
+    phantom_ending_stands: ClassVar[bool] = True
 
-    def fault_kinds(self) -> tuple[str, ...]:
-        return ("perturb", "phantom", "unreachable", "silent_unreachable")
-
-    def _fault(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
-        """``perturb``: the agent's action is handled as usual, then the world changes under the
-        player: a carried object is dropped and the player stumbles through a random exit (both
-        real game moves, so tracking stays exact).
-
-        ``phantom`` (silent): the action's usual feedback is shown but the action did not happen
-        (the game is rolled back to before it). An action that ends the game is left to stand:
-        its feedback could not be shown without its end.
-
-        ``unreachable`` / ``silent_unreachable`` (permanent): the action is handled as usual,
-        then one thing within reach (an object, container, supporter or door named by an
-        admissible command, drawn from ``rng``; never a room or what the player carries) gets
-        out of reach for the rest of the episode: commands naming it are refused (invalid
-        turns) and no longer admissible, and the exact oracle plans without every action that
-        involves it (UNREACHABLE, and the task lost, when no way is left). The explicit kind
-        says so, and its refusals name the thing; the silent kind shows only the action's
-        feedback, and its refusals say "Nothing happens." Without the exact oracle only things
-        TextWorld's winning policy does not use are drawn."""
-        if kind == "phantom":
-            return phantom_turn(self, action, ending_stands=True)
-        if kind in ("unreachable", "silent_unreachable"):
-            return self._unreachable(kind, rng, action)
-        obs, reward, invalid = self._attempt(action)
-        executed = None if invalid else action
+    def _perturb(self, rng: np.random.Generator, obs: str, reward: float) -> tuple[str, str, float]:
+        """``perturb``: the world changes under the player: a carried object is dropped and the
+        player stumbles through a random exit (both real game moves, so tracking stays exact)."""
         parts = [obs]
         changed = False
-        if not (self.won or self.lost):
-            drops = [c for c in self._admissible() if c.startswith("drop ")]
-            if drops:
-                obs, gained = self._play(drops[int(rng.integers(len(drops)))])
-                parts.append("Your grip slips. " + obs)
-                reward += gained
-                changed = True
+        drops = [c for c in self._admissible() if c.startswith("drop ")]
+        if drops:
+            obs, gained = self._play(drops[int(rng.integers(len(drops)))])
+            parts.append("Your grip slips. " + obs)
+            reward += gained
+            changed = True
         if not (self.won or self.lost):
             goes = [c for c in self._admissible() if c.startswith("go ")]
             if goes:
@@ -79,17 +53,17 @@ class FaultHooks:
                 parts.append("You lose your footing and stumble away.\n\n" + obs)
                 reward += gained
                 changed = True
-        if not changed and not (self.won or self.lost):
+        if not changed:
             parts.append("You stumble, but nothing changes.")
-        return FaultOutcome(
-            "\n\n".join(parts), "world" if changed else "none", executed, reward, invalid
-        )
+        return "\n\n".join(parts), "world" if changed else "none", reward
 
-    def _unreachable(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
-        obs, reward, invalid = self._attempt(action)
-        executed = None if invalid else action
-        if self.won or self.lost:
-            return FaultOutcome(obs, "none", executed, reward, invalid)
+    def _reach_pool(self) -> list[str]:
+        """``unreachable`` / ``silent_unreachable`` draw from these: objects, containers,
+        supporters and doors named by an admissible command, never a room or what the player
+        carries; without the exact oracle only things TextWorld's winning policy does not use.
+        Commands naming a thing out of reach are refused (invalid turns; :meth:`_check_reach`)
+        and no longer admissible, and the exact oracle plans without every action that involves
+        it."""
         infos = self._tracker._game.infos
         facts = self._tracker._game_progression.state.facts
         carried = {
@@ -107,16 +81,12 @@ class FaultHooks:
             policy = list(self._state["policy_commands"] or [])
             names = {n for n in names if not any(_names(c.lower(), n) for c in policy)}
         wanted = [c.lower() for c in self._admissible()]
-        pool = sorted(n for n in names if any(_names(c, n) for c in wanted))
-        if not pool:
-            return FaultOutcome(obs, "none", executed, reward, invalid)
-        gone = pool[int(rng.integers(len(pool)))]
-        self.blocked = self.blocked | {gone}
-        if kind == "unreachable":
-            self._told = self._told | {gone}
-            obs = f"{obs}\n\nThe {gone} is suddenly out of reach; you will not get to it again."
-        self.lost = self._lost_for_good()
-        return FaultOutcome(obs, "world", executed, reward, invalid)
+        return sorted(n for n in names if any(_names(c, n) for c in wanted))
+
+    def _put_out_of_reach(self, name: str, *, told: bool) -> None:
+        super()._put_out_of_reach(name, told=told)
+        if told:  # its refusals name it
+            self._told = self._told | {name}
 
     # ------------------------------------------------------------------ out of reach
     def _check_reach(self, command: str) -> None:
