@@ -8,13 +8,14 @@ only with a trainer-side length limit); anything else, a budget spec.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 
 from budget_envs.registry import DEFAULT_BUDGET
 
-__all__ = ["DEFAULT_BUDGET", "make_env", "make_env_like"]
+__all__ = ["DEFAULT_BUDGET", "env_and_maker", "make_env", "make_env_like"]
 
 
 def make_env(
@@ -24,6 +25,7 @@ def make_env(
     visibility: str = "hidden",
     faults: Any = None,
     process_reward: float | None = None,
+    process_max_cost: int = 100,
     **env_kwargs: Any,
 ) -> gym.Env:
     """``gymnasium.make(env_id, ...)``, optionally wrapped in :class:`ProcessReward`.
@@ -34,6 +36,7 @@ def make_env(
         visibility, faults: the wrapper options of ``gymnasium.make``.
         process_reward: the ``scale`` of the progress signal added to the reward, or None for
             the plain reward.
+        process_max_cost: its ``max_cost`` (see :class:`ProcessReward`).
         env_kwargs: constructor kwargs of the env.
 
     Example:
@@ -58,8 +61,53 @@ def make_env(
         warnings.simplefilter("ignore", UserWarning)
         env = gym.make(env_id, **kwargs)
     if process_reward is not None:
-        env = ProcessReward(env, scale=process_reward, add_to_reward=True)
+        env = ProcessReward(
+            env, scale=process_reward, add_to_reward=True, max_cost=process_max_cost
+        )
     return env
+
+
+def env_and_maker(
+    env: str | gym.Env,
+    *,
+    budget: Any = DEFAULT_BUDGET,
+    visibility: str = "hidden",
+    faults: Any = None,
+    process_reward: float | None = None,
+    process_max_cost: int = 100,
+    env_kwargs: dict[str, Any] | None = None,
+) -> tuple[gym.Env, Callable[[], gym.Env]]:
+    """The env a trainer integration plays, and a maker of fresh ones like it.
+
+    ``env`` is an id (built by :func:`make_env` with the other arguments; the maker builds
+    again the same way) or a ready env (played as it is, the options aside; the maker is
+    :func:`make_env_like` of it, which needs its spec).
+
+    Example:
+        >>> from budget_envs.integrations.common import env_and_maker
+        >>> env, make = env_and_maker("BudgetMix/ToolUse-v0", budget=7)
+        >>> make().reset(seed=0)[1]["budget"]["limit"], env is make()
+        (7, False)
+    """
+    if isinstance(env, str):
+        env_id = env
+
+        def make() -> gym.Env:
+            return make_env(
+                env_id,
+                budget=budget,
+                visibility=visibility,
+                faults=faults,
+                process_reward=process_reward,
+                process_max_cost=process_max_cost,
+                **(env_kwargs or {}),
+            )
+
+        return make(), make
+    if not isinstance(env, gym.Env):
+        raise TypeError(f"env must be an env id or a gymnasium.Env, got {env!r}")
+    template = env
+    return env, lambda: make_env_like(template)
 
 
 def make_env_like(env: gym.Env) -> gym.Env:

@@ -28,7 +28,7 @@ import gymnasium as gym
 import numpy as np
 
 from budget_envs._util import require
-from budget_envs.integrations.common import DEFAULT_BUDGET, make_env
+from budget_envs.integrations.common import DEFAULT_BUDGET, env_and_maker
 from budget_envs.integrations.rllib_features import (
     FeatureSpec,
     Featurizer,
@@ -105,16 +105,15 @@ class MaskedTextEnv(gym.Env):
         env_kwargs: dict[str, Any] | None = None,
     ) -> None:
         warn_within = 3
-        if isinstance(env, str):
-            env = make_env(
-                env, budget=budget, visibility=visibility, faults=faults, **(env_kwargs or {})
-            )
-            if process_reward is not None:
-                from budget_envs.wrappers import ProcessReward
-
-                env = ProcessReward(env, scale=process_reward, max_cost=process_max_cost)
-        elif not isinstance(env, gym.Env):
-            raise TypeError(f"env must be an env id or a gymnasium.Env, got {env!r}")
+        env, _ = env_and_maker(
+            env,
+            budget=budget,
+            visibility=visibility,
+            faults=faults,
+            process_reward=process_reward,
+            process_max_cost=process_max_cost,
+            env_kwargs=env_kwargs,
+        )
         try:
             warn_within = int(env.get_wrapper_attr("warn_within"))
         except AttributeError:

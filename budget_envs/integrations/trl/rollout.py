@@ -12,7 +12,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from budget_envs.integrations.common import DEFAULT_BUDGET, make_env, make_env_like
+from budget_envs.integrations.common import DEFAULT_BUDGET, env_and_maker
 from budget_envs.integrations.trl.base import _check_draw_options, _require, _seed
 from budget_envs.integrations.trl.dialogue import (
     _TASK_TAG,
@@ -129,22 +129,14 @@ class BudgetMixRollout:
         if max_turn_tokens < 1:
             raise ValueError(f"max_turn_tokens must be at least 1, got {max_turn_tokens!r}")
         _check_draw_options(budget_per, seed)
-        if isinstance(env, str):
-            env_id = env
-            self._make = lambda: make_env(
-                env_id,
-                budget=budget,
-                visibility=visibility,
-                faults=faults,
-                process_reward=process_reward,
-                **(env_kwargs or {}),
-            )
-            env = self._make()
-        elif isinstance(env, gym.Env):
-            template = env
-            self._make = lambda: make_env_like(template)
-        else:
-            raise TypeError(f"env must be an env id or a gymnasium.Env, got {env!r}")
+        env, self._make = env_and_maker(
+            env,
+            budget=budget,
+            visibility=visibility,
+            faults=faults,
+            process_reward=process_reward,
+            env_kwargs=env_kwargs,
+        )
         self.env = env
         self._pool: list[gym.Env] = [env]
         self.system_prompt = system_prompt
