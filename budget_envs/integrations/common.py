@@ -68,20 +68,14 @@ def make_env(
 
 
 def env_and_maker(
-    env: str | gym.Env,
-    *,
-    budget: Any = DEFAULT_BUDGET,
-    visibility: str = "hidden",
-    faults: Any = None,
-    process_reward: float | None = None,
-    process_max_cost: int = 100,
-    env_kwargs: dict[str, Any] | None = None,
+    env: str | gym.Env, *, env_kwargs: dict[str, Any] | None = None, **options: Any
 ) -> tuple[gym.Env, Callable[[], gym.Env]]:
     """The env a trainer integration plays, and a maker of fresh ones like it.
 
-    ``env`` is an id (built by :func:`make_env` with the other arguments; the maker builds
-    again the same way) or a ready env (played as it is, the options aside; the maker is
-    :func:`make_env_like` of it, which needs its spec).
+    ``env`` is an id, built by :func:`make_env` with ``options`` (its keywords: ``budget``,
+    ``visibility``, ``faults``, ``process_reward``, ``process_max_cost``) and the constructor
+    kwargs ``env_kwargs``, as the maker builds it again; or a ready env, played as it is (the
+    options aside), whose maker is :func:`make_env_like` of it (which needs its spec).
 
     Example:
         >>> from budget_envs.integrations.common import env_and_maker
@@ -93,15 +87,7 @@ def env_and_maker(
         env_id = env
 
         def make() -> gym.Env:
-            return make_env(
-                env_id,
-                budget=budget,
-                visibility=visibility,
-                faults=faults,
-                process_reward=process_reward,
-                process_max_cost=process_max_cost,
-                **(env_kwargs or {}),
-            )
+            return make_env(env_id, **options, **(env_kwargs or {}))
 
         return make(), make
     if not isinstance(env, gym.Env):
