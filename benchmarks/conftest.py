@@ -1,7 +1,8 @@
 """Ratios between benchmarks of the same run.
 
 A benchmark declares its role with ``benchmark.extra_info``: ``{"compare": NAME, "role": ROLE}``
-(NAME may be a list: the benchmark then takes that role in each comparison) where ROLE is ``"ours"``, ``"baseline"`` (the raw upstream path) or ``"bare"`` (the path both
+(NAME may be a list: the benchmark then takes that role in each comparison, and a ``goal`` may
+be a dict by NAME) where ROLE is ``"ours"``, ``"baseline"`` (the raw upstream path) or ``"bare"`` (the path both
 wrap). At the end of the run every comparison NAME is reported as ours / baseline; when a bare
 path is present too, as the ratio of overheads (ours - bare) / (baseline - bare). The fastest
 round is used: on a shared machine it is the least disturbed measurement. A benchmark whose
@@ -32,8 +33,10 @@ def _rows(config):
         )
         for name in [names] if isinstance(names, str) else names:
             groups.setdefault(name, {})[extra.get("role", "ours")] = per_call
-            if extra.get("goal"):
-                goals[name] = extra["goal"]
+            goal = extra.get("goal")
+            goal = goal.get(name) if isinstance(goal, dict) else goal
+            if goal:
+                goals[name] = goal
     rows = {}
     for name, roles in sorted(groups.items()):
         if "ours" not in roles or "baseline" not in roles:

@@ -351,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     rl.add_argument(
         "--entropy-coeff", type=float, default=None, help="PPO entropy bonus (default 0.01)"
     )
-    rl.add_argument("--num-epochs", type=int, default=None, help="PPO epochs per batch (4)")
+    rl.add_argument("--num-epochs", type=int, default=None, help="PPO epochs per batch (2)")
     rl.add_argument(
         "--checkpoint-every", type=int, default=None, help="iterations between checkpoints (5)"
     )

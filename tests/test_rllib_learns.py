@@ -29,7 +29,7 @@ ENV_ID = "BudgetMix/ToolUse-v0"
 KWARGS = {"level": 1, "tasks_per_level": 20}
 BUDGET = 12
 TASKS, SAMPLES = 20, 8
-ITERATIONS = 12
+ITERATIONS = 16
 
 
 @pytest.fixture(scope="module")

@@ -243,7 +243,7 @@ def ppo_config(
     embed: int = 64,
     train_batch_size: int = 1024,
     minibatch_size: int = 256,
-    num_epochs: int = 4,
+    num_epochs: int = 2,
     lr: float = 3e-4,
     gamma: float = 0.99,
     entropy_coeff: float = 0.01,

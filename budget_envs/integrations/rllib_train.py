@@ -161,7 +161,7 @@ def train(
     max_actions: int = 256,
     train_batch_size: int = 1024,
     minibatch_size: int = 256,
-    num_epochs: int = 4,
+    num_epochs: int = 2,
     lr: float = 3e-4,
     entropy_coeff: float = 0.01,
     hidden: int = 128,
