@@ -120,7 +120,7 @@ class EpisodeLog:
     ) -> EpisodeRecord:
         job, info = self.job, self.info
         first = first_success(info.get("episode_summary")) if error is None else None
-        return episode_record(
+        record = episode_record(
             job,
             turns=self.turns,
             won=bool(first is not None),
@@ -136,8 +136,10 @@ class EpisodeLog:
             obs_digests=self.digests,
             costs=self.costs,
             state_hashes=self.hashes,
-            transcript=None if self.shown is None else self.shown.as_dict(),
         )
+        if self.shown is not None:
+            record.transcript = self.shown.as_dict()
+        return record
 
 
 def run_episode(job: EpisodeJob, agent: Any, env: gym.Env) -> EpisodeRecord:

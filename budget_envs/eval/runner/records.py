@@ -15,9 +15,9 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from budget_envs.errors import RecordsWriteError
 from budget_envs.eval.runner.plan import EpisodeJob, PrefixJob, ProbeJob
@@ -110,7 +110,9 @@ class EpisodeRecord:
     #: When the plan asks for transcripts: what the episode showed (the reset's system prompt,
     #: first message and tools, every observation, per-turn budget and faults), which the driver
     #: writes to ``transcripts.jsonl`` (:mod:`.transcripts`); never written to ``records.jsonl``.
-    transcript: dict[str, Any] | None = field(default=None, repr=False, metadata={"jsonl": False})
+    #: Not a field: set on the instance only when asked for, so a record without it is exactly
+    #: the fields that ``records.jsonl`` holds.
+    transcript: ClassVar[dict[str, Any] | None] = None
 
 
 @dataclass
