@@ -28,7 +28,11 @@ import gymnasium as gym
 import numpy as np
 
 from budget_envs._util import require
-from budget_envs.integrations.common import DEFAULT_BUDGET, env_and_maker
+from budget_envs.integrations.common import (  # noqa: F401  (make_env: importable from here)
+    DEFAULT_BUDGET,
+    env_and_maker,
+    make_env,
+)
 from budget_envs.integrations.rllib_features import (
     FeatureSpec,
     Featurizer,
