@@ -131,6 +131,11 @@ def held_out():
     """100 held-out oracle episodes (the last task ids of each level), with their actions."""
     env = ToolUseEnv()
     ids = [t for t in env.task_ids if int(t.split("-")[1]) >= 4900][::5]
+    return env, _oracle_plans(env, ids)
+
+
+def _oracle_plans(env, ids):
+    """The oracle's actions for each task id, played on ``env`` (which is then warm)."""
     plans = []
     for tid in ids:
         env.reset(options={"task_id": tid})
@@ -140,7 +145,7 @@ def held_out():
             env.step(plan[-1])
         assert env.won
         plans.append((tid, plan))
-    return env, plans
+    return plans
 
 
 @pytest.mark.parametrize("role", ["baseline", "ours"])
@@ -207,16 +212,7 @@ def unseen():
     env = ToolUseEnv(split="test")
     ids = list(env.task_ids[::UNSEEN_EVERY])
     assert len(ids) == 100 and {env.task_level(t) for t in ids} == {1, 2, 3, 4, 5}
-    plans = []
-    for tid in ids:
-        env.reset(options={"task_id": tid})
-        plan = []
-        while not env.done:
-            plan.append(env.oracle_actions()[0])
-            env.step(plan[-1])
-        assert env.won
-        plans.append((tid, plan))
-    return env, plans
+    return env, _oracle_plans(env, ids)
 
 
 def _fresh_pass(plans):
