@@ -134,6 +134,19 @@ def held_out():
     return env, _oracle_plans(env, ids)
 
 
+def _replay_steps(env, plans):
+    """Play every plan on ``env`` (resets untimed); the summed step time."""
+    total = 0.0
+    for tid, plan in plans:
+        env.reset(options={"task_id": tid})
+        t0 = time.perf_counter()
+        for a in plan:
+            env.step(a)
+        total += time.perf_counter() - t0
+        assert env.won
+    return total
+
+
 def _oracle_plans(env, ids):
     """The oracle's actions for each task id, played on ``env`` (which is then warm)."""
     plans = []
@@ -158,15 +171,7 @@ def test_tooluse_oracle_episodes(benchmark, held_out, role, monkeypatch):
     times = []
 
     def run():  # every episode; resets untimed, the sum of step times recorded
-        total = 0.0
-        for tid, plan in plans:
-            env.reset(options={"task_id": tid})
-            t0 = time.perf_counter()
-            for a in plan:
-                env.step(a)
-            total += time.perf_counter() - t0
-            assert env.won
-        times.append(total)
+        times.append(_replay_steps(env, plans))
 
     benchmark.pedantic(run, rounds=5, warmup_rounds=1)
     per_second = steps / min(times)
@@ -251,15 +256,7 @@ def test_tooluse_unseen_tasks(benchmark, unseen, role):
     else:
 
         def run():  # resets untimed, the sum of step times recorded
-            total = 0.0
-            for tid, plan in plans:
-                env.reset(options={"task_id": tid})
-                t0 = time.perf_counter()
-                for a in plan:
-                    env.step(a)
-                total += time.perf_counter() - t0
-                assert env.won
-            runs.append({"steps": steps, "step_s": total})
+            runs.append({"steps": steps, "step_s": _replay_steps(env, plans)})
 
         benchmark.pedantic(run, rounds=5, warmup_rounds=1)
     best = min(runs, key=lambda r: r["step_s"])

@@ -9,6 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
+import datasets
 import gymnasium as gym
 import pytest
 
@@ -25,8 +26,6 @@ from budget_envs.eval.runner import (
     transcript_features,
 )
 from budget_envs.eval.runner.shown import message_action
-
-datasets = pytest.importorskip("datasets")
 
 TOOLUSE, ALFWORLD = "BudgetMix/ToolUse-v0", "BudgetMix/ALFWorld-v0"
 #: A ToolUse submit that is wrong for every task: the episode is lost.
