@@ -11,9 +11,11 @@ One module per concern; each imports only modules above it in this list:
   presets (:func:`full_spec`, :func:`quick_spec`, :func:`demo_spec`);
 * :mod:`~budget_envs.study.folder` - the study folder's layout; the records, gzipped and read
   back;
-* :mod:`~budget_envs.study.stats` - the report's numbers: Pass@(K,T) surfaces, learning
-  status, differences against the fixed-generous arm, turns to success, single step against
-  recovery;
+* :mod:`~budget_envs.study.stats` - the report's descriptive numbers: Pass@(K,T) surfaces,
+  differences against the fixed-generous arm, turns to success, single step against recovery;
+* :mod:`~budget_envs.study.contrasts` - the study's tests: the pre-registered contrasts with
+  Holm's correction, the headline and secondary differences, the stop-reason mix and whether
+  the budget binds, Pass@(K,T), the learning curve, all from one hierarchical paired bootstrap;
 * :mod:`~budget_envs.study.stages` - the train, eval and compare stages;
 * :mod:`~budget_envs.study.pair` - two arms side by side (``budgetmix demo``);
 * :mod:`~budget_envs.study.tables` and :mod:`~budget_envs.study.figures` - the report's tables
@@ -28,46 +30,87 @@ and matplotlib load when a stage or a figure needs them.
 
 from __future__ import annotations
 
+from budget_envs.study.contrasts import (
+    ALPHA,
+    BASE_MARGIN,
+    BINDS_AT,
+    CONTRASTS,
+    Analysis,
+    Binding,
+    Contrast,
+    ContrastResult,
+    CurvePoint,
+    Level,
+    PairDiff,
+    PassK,
+    StopMix,
+    Term,
+    analyse,
+    derived_stop,
+    hierarchical_weights,
+    holm,
+)
 from budget_envs.study.folder import compress_records, load_study_records
 from budget_envs.study.page import BEGIN, END, StudyReport, write_study_report
 from budget_envs.study.pair import PairSummary, pair_summary
 from budget_envs.study.run import run_study
 from budget_envs.study.spec import (
     ARMS,
+    BASE,
     RANDOM,
+    RL,
     VISIBILITIES,
     Family,
     StudySpec,
     arm_budget,
+    curve_agent,
     demo_spec,
     full_spec,
     quick_spec,
 )
 from budget_envs.study.stages import Progress, compare_stage, eval_stage, train_stage
-from budget_envs.study.stats import LearningRow, learning_status
 
 #: The records' writer under the name it had when the study was one module.
 _compress = compress_records
 
 __all__ = [
+    "ALPHA",
     "ARMS",
+    "BASE",
+    "BASE_MARGIN",
     "BEGIN",
+    "BINDS_AT",
+    "CONTRASTS",
     "END",
     "RANDOM",
+    "RL",
     "VISIBILITIES",
+    "Analysis",
+    "Binding",
+    "Contrast",
+    "ContrastResult",
+    "CurvePoint",
     "Family",
-    "LearningRow",
+    "Level",
+    "PairDiff",
     "PairSummary",
+    "PassK",
     "Progress",
+    "StopMix",
     "StudyReport",
     "StudySpec",
+    "Term",
+    "analyse",
     "arm_budget",
     "compare_stage",
     "compress_records",
+    "curve_agent",
     "demo_spec",
+    "derived_stop",
     "eval_stage",
     "full_spec",
-    "learning_status",
+    "hierarchical_weights",
+    "holm",
     "load_study_records",
     "pair_summary",
     "quick_spec",
