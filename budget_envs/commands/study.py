@@ -42,11 +42,13 @@ def cmd_study(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError(str(exc)) from None
     finally:
         bars.close()
-    flagged = [r for r in report.learning if not r.learned]
+    verdicts = [r.verdict for r in report.contrasts]
     print(
         f"study report in {args.docs} ({len(report.tables)} tables in {Path(args.out) / 'tables'}, "
-        f"{len(report.figures)} figures); {len(report.learning)} arm(s) scored against random, "
-        f"{len(flagged)} flagged not learned",
+        f"{len(report.figures)} figures); {len(verdicts) - verdicts.count('not run')} of "
+        f"{len(verdicts)} pre-registered contrast(s) run: {verdicts.count('supported')} supported, "
+        f"{verdicts.count('contradicted')} contradicted, {verdicts.count('inconclusive')} "
+        "inconclusive",
         file=out,
     )
     return 0

@@ -12,21 +12,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from budget_envs.study.contrasts import ContrastResult, analyse
 from budget_envs.study.figures import draw_figures
 from budget_envs.study.folder import load_study_records
 from budget_envs.study.spec import StudySpec
-from budget_envs.study.stats import (
-    LearningRow,
-    agent_surfaces,
-    differences_vs_generous,
-    learning_status,
-    step_recovery,
-)
+from budget_envs.study.stats import agent_surfaces, differences_vs_generous, step_recovery
 from budget_envs.study.tables import (
+    contrast_table,
+    curve_table,
     difference_table,
-    learning_table,
+    headline_table,
+    levels_table,
     pass1_table,
+    pass_k_table,
+    secondary_table,
     step_recovery_table,
+    stop_table,
     turns_table,
 )
 
@@ -37,12 +38,13 @@ END = "<!-- study-results:end -->"
 
 @dataclass
 class StudyReport:
-    """What :func:`write_study_report` wrote."""
+    """What :func:`write_study_report` wrote; ``contrasts`` are the pre-registered contrasts of
+    every family (:func:`budget_envs.study.contrasts.analyse`), run or not."""
 
     markdown: str
     tables: list[Path]
     figures: list[Path]
-    learning: list[LearningRow]
+    contrasts: list[ContrastResult]
 
 
 def write_study_report(
@@ -62,13 +64,19 @@ def write_study_report(
     tables_dir = out / "tables"
     tables_dir.mkdir(parents=True, exist_ok=True)
     surfaces = agent_surfaces(records, spec.n_boot)
-    learning = learning_status(spec, records, surfaces)
+    analysis = analyse(spec, records)
     diffs = differences_vs_generous(spec, records)
     steps = step_recovery(spec, records)
     sections = [
+        contrast_table(analysis),
+        headline_table(analysis),
+        stop_table(spec, analysis),
+        secondary_table(analysis),
+        levels_table(spec, analysis),
         pass1_table(spec, surfaces),
+        pass_k_table(spec, analysis),
+        curve_table(analysis),
         turns_table(spec, records),
-        learning_table(learning),
         difference_table(spec, diffs),
         step_recovery_table(steps),
     ]
@@ -87,7 +95,7 @@ def write_study_report(
     (tables_dir / "study_results.md").write_text(text, encoding="utf-8")
     tables.append(tables_dir / "study_results.md")
     splice(Path(docs), text)
-    return StudyReport(markdown=text, tables=tables, figures=figs, learning=learning)
+    return StudyReport(markdown=text, tables=tables, figures=figs, contrasts=analysis.contrasts)
 
 
 def splice(path: Path, text: str) -> None:

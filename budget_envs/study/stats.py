@@ -1,10 +1,11 @@
-"""The numbers of the report, from the study records: Pass@(K,T) surfaces per family and
-visibility, each arm's learning status, the differences against the fixed-generous arm, turns
-to success, single step against recovery. The tables and figures only format and draw them."""
+"""The descriptive numbers of the report, from the study records: Pass@(K,T) surfaces per
+family and visibility, the differences against the fixed-generous arm, turns to success, single
+step against recovery. The tests of the study are in :mod:`budget_envs.study.contrasts`; the
+tables and figures only format and draw them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,27 +13,7 @@ from typing import Any
 import numpy as np
 
 from budget_envs.study.folder import select
-from budget_envs.study.spec import RANDOM, StudySpec, arm_pmf
-
-
-@dataclass
-class LearningRow:
-    """An arm against the random agent on its own training budget (pmf-weighted Pass@1)."""
-
-    family: str
-    visibility: str
-    arm: str
-    budgets: str
-    arm_pass: float
-    random_pass: float
-    diff: float
-    low: float
-    high: float
-    units: int
-
-    @property
-    def learned(self) -> bool:
-        return self.low > 0
+from budget_envs.study.spec import StudySpec
 
 
 def agent_surfaces(records: Sequence[dict[str, Any]], n_boot: int) -> dict[tuple, Any]:
@@ -54,56 +35,6 @@ def bootstrap(values: np.ndarray, n_boot: int, seed: int = 0) -> tuple[float, fl
     idx = rng.integers(0, len(values), size=(n_boot, len(values)))
     means = values[idx].mean(axis=1)
     return float(values.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
-
-
-def learning_status(
-    spec: StudySpec, records: Sequence[dict[str, Any]], surfaces: Mapping[tuple, Any] | None = None
-) -> list[LearningRow]:
-    """Each arm's Pass@1 minus random's on the arm's own training budgets, paired per (task,
-    seed), with a bootstrap interval. A fixed arm is scored at its T; a BudgetMix arm at the
-    evaluated T of its range, weighted by its training distribution. "Learned" means the
-    interval lies above 0."""
-    surfaces = agent_surfaces(records, spec.n_boot) if surfaces is None else surfaces
-    rows = []
-    for fam in spec.families:
-        for vis in spec.visibilities:
-            base = surfaces.get((fam.name, vis, RANDOM))
-            for arm in spec.arms:
-                s = surfaces.get((fam.name, vis, arm))
-                if s is None or base is None:
-                    continue
-                pmf = arm_pmf(arm, fam.tight, fam.generous)
-                ts = [t for t in sorted(pmf) if t in s.ts and t in base.ts]
-                if vis != "hidden":  # visible runs have only the grid's T
-                    ts = [t for t in ts if t in fam.eval_budgets]
-                if not ts:
-                    continue
-                w = np.array([pmf[t] for t in ts])
-                w = w / w.sum()
-                tasks = sorted(set(s.task_ids) & set(base.task_ids))
-                ka, kb = s.per_task, base.per_task
-                a = np.array(
-                    [[ka[s.task_ids.index(u), 0, s.ts.index(t)] for t in ts] for u in tasks]
-                )
-                b = np.array(
-                    [[kb[base.task_ids.index(u), 0, base.ts.index(t)] for t in ts] for u in tasks]
-                )
-                diff, low, high = bootstrap((a - b) @ w, spec.n_boot)
-                rows.append(
-                    LearningRow(
-                        family=fam.name,
-                        visibility=vis,
-                        arm=arm,
-                        budgets=str(ts[0]) if len(ts) == 1 else f"{ts[0]}..{ts[-1]} ({len(ts)} T)",
-                        arm_pass=float((a @ w).mean()),
-                        random_pass=float((b @ w).mean()),
-                        diff=diff,
-                        low=low,
-                        high=high,
-                        units=len(tasks),
-                    )
-                )
-    return rows
 
 
 def won_turns(
@@ -166,15 +97,16 @@ class Difference:
 
 def differences_vs_generous(spec: StudySpec, records: Sequence[dict[str, Any]]) -> list[Difference]:
     """Every other arm against ``fixed_generous``, per family and visibility (none when the
-    spec has no such arm)."""
+    spec has no such arm; an arm, family or visibility without records is left out)."""
     if "fixed_generous" not in spec.arms:
         return []
     out = []
     for fam in spec.families:
         for vis in spec.visibilities:
             mine = select(records, fam.name, vis)
+            played = {r["agent"] for r in mine}
             for arm in spec.arms:
-                if arm == "fixed_generous" or not mine:
+                if arm == "fixed_generous" or {arm, "fixed_generous"} - played:
                     continue
                 comps = compare_arms(mine, "fixed_generous", arm, spec.n_boot)
                 if not comps:

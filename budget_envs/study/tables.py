@@ -16,8 +16,19 @@ from typing import Any
 
 import numpy as np
 
-from budget_envs.study.spec import RANDOM, Family, StudySpec
-from budget_envs.study.stats import Difference, LearningRow, StepRecovery, won_turns
+from budget_envs.study.contrasts import (
+    ALPHA,
+    BASE_MARGIN,
+    BINDS_AT,
+    CONTRASTS,
+    REASONS,
+    Analysis,
+    Binding,
+    ContrastResult,
+    PairDiff,
+)
+from budget_envs.study.spec import BASE, RANDOM, RL, Family, StudySpec
+from budget_envs.study.stats import Difference, StepRecovery, won_turns
 
 
 @dataclass
@@ -170,7 +181,7 @@ def turns_table(spec: StudySpec, records: Sequence[dict[str, Any]]) -> Table:
             "### Turns to success against T",
             "",
             "Mean turns of the episodes won within T (no fault), and how many were won: an arm "
-            "trained at a tight T that wins in fewer turns has learned speed, not only success.",
+            "trained at a tight T that wins in fewer turns is faster, not only more successful.",
             "",
             *md,
         ],
@@ -200,33 +211,6 @@ def difference_table(spec: StudySpec, diffs: Sequence[Difference]) -> Table:
 
 
 # ---------------------------------------------------------------------- one row per arm or agent
-def learning_table(learning: Sequence[LearningRow]) -> Table:
-    """Each arm against random on its own training budget."""
-    page = [
-        [r.family, r.visibility, r.arm, r.budgets, f"{r.arm_pass:.3f}", f"{r.random_pass:.3f}"]
-        + [ci(r.diff, r.low, r.high, sign=True), "learned" if r.learned else "**not learned**"]
-        for r in learning
-    ]
-    header = ["family", "budget", "arm", "T", "arm Pass@1", "random", "arm - random", "status"]
-    return Table(
-        "learning_status.csv",
-        ["family", "visibility", "arm", "budgets", "arm_pass1", "random_pass1"]
-        + ["diff", "low", "high", "units", "learned"],
-        [
-            [r.family, r.visibility, r.arm, r.budgets]
-            + [f"{v:.6f}" for v in (r.arm_pass, r.random_pass, r.diff, r.low, r.high)]
-            + [r.units, r.learned]
-            for r in learning
-        ],
-        [
-            "### Learning status: each arm against random on its own training budget",
-            "",
-            *md_table(header, page),
-            "",
-        ],
-    )
-
-
 def step_recovery_table(steps: Sequence[StepRecovery]) -> Table:
     """Single-step accuracy beside success after one fault, per agent."""
     rows = []
@@ -256,4 +240,361 @@ def step_recovery_table(steps: Sequence[StepRecovery]) -> Table:
             *md_table([*header, "after a fault", "by fault turn"], page),
             "",
         ],
+    )
+
+
+# ---------------------------------------------------------------------- the pre-registered tests
+def _pct(level: float) -> str:
+    """A level as a percentage without trailing zeros: 98.75%, 98.33%, 97.5%, 95%."""
+    return f"{100 * level:.2f}".rstrip("0").rstrip(".") + "%"
+
+
+def _signed(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.3f}"
+
+
+def _interval(estimate: float | None, low: float | None, high: float | None) -> str:
+    if estimate is None or low is None or high is None:
+        return "-"
+    return ci(estimate, low, high, sign=True)
+
+
+def _share(v: float | None) -> str:
+    return "no records" if v is None else f"{100 * v:.0f}%"
+
+
+def binding_sentence(b: Binding) -> str:
+    """Whether the budget binds in a family, in words."""
+    shares = ", ".join(f"{agent} {_share(v)}" for agent, v in b.shares.items())
+    if b.binds is None:
+        return (
+            f"Budget binding, {b.family}: unknown (no no-fault episodes of "
+            f"{' or '.join(b.shares)}): its contrasts are left out of the claims."
+        )
+    head = (
+        f"Budget binding, {b.family}: at the generous T={b.t}, the no-fault episodes that end by "
+        f"budget: {shares} (threshold {_pct(BINDS_AT)}): "
+    )
+    if b.binds:
+        return head + "the budget binds."
+    return head + "the budget never binds, so its contrasts are left out of the claims."
+
+
+def contrast_sentence(r: ContrastResult) -> str:
+    """One contrast's result in words, built from its row of the contrast table."""
+    head = f"{r.name} ({r.text}), {r.family}"
+    if r.verdict == "not run" or r.level is None:
+        return f"{head}: not run ({r.note})."
+    interval = f"{_interval(r.estimate, r.low, r.high)} (Holm-adjusted {_pct(r.level)} interval)"
+    if not r.claimed:
+        return (
+            f"{head}: not a claim (the budget does not bind in {r.family}); "
+            f"measured {interval}, {r.verdict} by the test."
+        )
+    return f"{head}: {r.verdict}: {interval}."
+
+
+def contrast_table(analysis: Analysis) -> Table:
+    """The four pre-registered contrasts per family: estimate, Holm interval, adjusted p,
+    verdict; then one sentence per contrast and the budget-binding check."""
+    definitions = [f"* **{c.name}** ({c.text}): {c.how}, predicted > 0." for c in CONTRASTS]
+    header = ["contrast", "estimate [Holm interval]", "level", "p", "Holm p", "verdict"]
+    md: list[str] = []
+    rows: list[list[Any]] = []
+    bindings = {b.family: b for b in analysis.bindings}
+    for family in dict.fromkeys(r.family for r in analysis.contrasts):
+        mine = [r for r in analysis.contrasts if r.family == family]
+        page = []
+        for r in mine:
+            ran = r.verdict != "not run"
+            page.append(
+                [
+                    r.name,
+                    _interval(r.estimate, r.low, r.high),
+                    _pct(r.level) if r.level is not None else "-",
+                    f"{r.p:.4f}" if r.p is not None else "-",
+                    f"{r.p_holm:.4f}" if r.p_holm is not None else "-",
+                    r.verdict if ran else f"not run ({r.note})",
+                ]
+            )
+            rows.append(
+                [r.family, r.name, r.verdict]
+                + [_num(v) for v in (r.estimate, r.low, r.high, r.level, r.p, r.p_holm)]
+                + [_num(r.rank), r.tests, r.units, r.seeds, r.claimed, r.note]
+            )
+        tested = mine[0].tests if mine else 0
+        units = max((r.units for r in mine), default=0)
+        seeds = max((r.seeds for r in mine), default=0)
+        md += [
+            f"**{family}, budget hidden** (Holm over the {tested} contrast(s) run; "
+            f"{units} task x seed units over {seeds} seed(s)):",
+            "",
+            *md_table(header, page),
+            "",
+        ]
+        if family in bindings:
+            md += [binding_sentence(bindings[family]), ""]
+        md += [f"* {contrast_sentence(r)}" for r in mine] + [""]
+    return Table(
+        "contrasts.csv",
+        ["family", "contrast", "verdict", "estimate", "low", "high", "level", "p", "p_holm"]
+        + ["rank", "tests", "units", "seeds", "claimed", "note"],
+        rows,
+        [
+            "### Pre-registered contrasts",
+            "",
+            "Fixed before any record was read; RL is the fixed_generous arm, base the imitation "
+            "checkpoint every RL arm starts from; budget hidden, Pass@1 within T from the run "
+            "at the grid's largest T:",
+            "",
+            *definitions,
+            "",
+            "Relative recovery: success within the grid's largest T after one fault over "
+            "success without it, over the fault episodes whose fault fired and whose no-fault "
+            "twin (same task, seed and sample) was won. Single-step accuracy: share of "
+            "oracle-prefix probe states where the agent picked an oracle action. "
+            "Intervals: hierarchical paired bootstrap (training seeds, then tasks within each "
+            "drawn seed, the same draws for every arm), percentile interval at the Holm level "
+            f"of the contrast's rank (1 - {ALPHA}/(m - rank + 1)); p: two-sided bootstrap "
+            f"p-value. Supported: Holm rejects at family-wise {ALPHA} and the interval lies "
+            "above 0; contradicted: below 0; otherwise inconclusive. A family where the budget "
+            f"never binds (fewer than {_pct(BINDS_AT)} of the base's and RL's no-fault episodes "
+            "end by budget at the generous T) is reported but not claimed.",
+            "",
+            *md,
+        ],
+    )
+
+
+def _pair_rows(diffs: Sequence[PairDiff]) -> tuple[list[list[Any]], list[list[str]]]:
+    rows, page = [], []
+    for d in diffs:
+        at = f"{d.budget} T={d.t}" if d.t is not None else "-"
+        rows.append(
+            [d.family, d.kind, d.a, d.b, d.metric, d.budget or "", _num(d.t)]
+            + [_num(v) for v in (d.estimate, d.low, d.high, d.level, d.p)]
+            + [d.units, d.seeds, d.note]
+        )
+        shown = _interval(d.estimate, d.low, d.high) if not d.note else f"not run ({d.note})"
+        page.append([d.family, f"{d.a} - {d.b}", at, shown, str(d.units), str(d.seeds)])
+    return rows, page
+
+
+_PAIR_CSV = ["family", "kind", "a", "b", "metric", "budget", "T", "diff", "low", "high", "level"]
+_PAIR_CSV += ["p", "units", "seeds", "note"]
+_PAIR_PAGE = ["family", "difference", "at", "Pass@1 diff [95% interval]", "units", "seeds"]
+
+
+def headline_table(analysis: Analysis) -> Table:
+    """The headline test: fixed_generous - base, Pass@1, at the generous and the largest T."""
+    rows, page = _pair_rows(analysis.headline)
+    sentences = []
+    for family in dict.fromkeys(d.family for d in analysis.headline):
+        mine = [d for d in analysis.headline if d.family == family]
+        done = [d for d in mine if not d.note]
+        if not done:
+            sentences.append(f"* Headline, {family}: not run ({mine[0].note}).")
+            continue
+        cells = " and ".join(
+            f"{_interval(d.estimate, d.low, d.high)} at T={d.t} ({d.budget})" for d in done
+        )
+        sentences.append(
+            f"* Headline, {family}: {done[0].a} - {done[0].b}, Pass@1 (budget hidden): {cells} "
+            f"(95% hierarchical intervals, {done[0].units} task x seed units over "
+            f"{done[0].seeds} seed(s))."
+        )
+    return Table(
+        "headline.csv",
+        _PAIR_CSV,
+        rows,
+        [
+            f"### Headline: {RL} - {BASE} (Pass@1, budget hidden)",
+            "",
+            *md_table(_PAIR_PAGE, page),
+            "",
+            *sentences,
+            "",
+        ],
+    )
+
+
+def secondary_table(analysis: Analysis) -> Table:
+    """The secondary differences (no correction) and the base's level against random and the
+    references."""
+    rows, page = _pair_rows(analysis.secondary)
+    sentences = []
+    for d in analysis.secondary:
+        if (d.a, d.b) != (BASE, RANDOM) or d.estimate is None:
+            continue
+        met = "met" if d.estimate >= BASE_MARGIN else "not met"
+        sentences.append(
+            f"* Base level, {d.family}: {BASE} - {RANDOM} at the generous T={d.t} is "
+            f"{_interval(d.estimate, d.low, d.high)}; the design wants at least "
+            f"+{BASE_MARGIN:.2f}: {met}."
+        )
+    return Table(
+        "secondary.csv",
+        _PAIR_CSV,
+        rows,
+        [
+            "### Secondary differences (Pass@1, budget hidden; no correction)",
+            "",
+            "Secondary: not pre-registered tests, no multiplicity correction, 95% hierarchical "
+            "paired intervals. The base's level: the design wants it at least "
+            f"{BASE_MARGIN:.2f} above random and well below the oracle.",
+            "",
+            *md_table(_PAIR_PAGE, page),
+            "",
+            *sentences,
+            *([""] if sentences else []),
+        ],
+    )
+
+
+_METRIC_NAMES = {"pass1": "Pass@1", "single_step": "single step", "recovery": "relative recovery"}
+
+
+def levels_table(spec: StudySpec, analysis: Analysis) -> Table:
+    """Each agent's Pass@1 at the tight, generous and largest T, single-step accuracy and
+    relative recovery (the terms of the contrasts), with 95% hierarchical intervals."""
+    rows, md = [], []
+    for fam in spec.families:
+        mine = [lv for lv in analysis.levels if lv.family == fam.name]
+        kinds = list(dict.fromkeys((lv.metric, lv.budget, lv.t) for lv in mine))
+        header = ["agent"] + [
+            f"{_METRIC_NAMES[m]}" + (f" ({b} T={t})" if t is not None else "") for m, b, t in kinds
+        ]
+        page = []
+        for agent in dict.fromkeys(lv.agent for lv in mine):
+            cells = {(lv.metric, lv.budget, lv.t): lv for lv in mine if lv.agent == agent}
+            if all(lv.value is None for lv in cells.values()):
+                continue
+            texts = []
+            for key in kinds:
+                lv = cells[key]
+                texts.append("-" if lv.value is None else ci(lv.value, lv.low, lv.high))
+                rows.append(
+                    [fam.name, agent, lv.metric, lv.budget or "", _num(lv.t)]
+                    + [_num(v) for v in (lv.value, lv.low, lv.high)]
+                    + [lv.units, lv.note]
+                )
+            page.append([agent, *texts])
+        if page:
+            md += [f"**{fam.name}, budget hidden:**", "", *md_table(header, page), ""]
+    return Table(
+        "levels.csv",
+        ["family", "agent", "metric", "budget", "T", "value", "low", "high", "units", "note"],
+        rows,
+        [
+            "### The contrasts' terms per agent",
+            "",
+            "Pass@1 at the family's tight, generous and largest T, single-step accuracy and "
+            "relative recovery, each with a 95% hierarchical bootstrap interval.",
+            "",
+            *md,
+        ],
+    )
+
+
+def _hidden_only(
+    lines: Callable[[Family, list[int]], Iterable[Line]],
+) -> Callable[[Family, str, list[int]], Iterable[Line]]:
+    def only(fam: Family, vis: str, grid: list[int]) -> Iterable[Line]:
+        return lines(fam, grid) if vis == "hidden" else []
+
+    return only
+
+
+def stop_table(spec: StudySpec, analysis: Analysis) -> Table:
+    """The stop-reason mix of each agent against T (budget hidden)."""
+    reasons = list(dict.fromkeys([*REASONS, *(n for s in analysis.stops for n in s.shares)]))
+
+    def lines(fam: Family, grid: list[int]) -> Iterable[Line]:
+        for agent in spec.agents:
+            cells: dict[int, Cell] = {}
+            for s in analysis.stops:
+                if (s.family, s.agent) == (fam.name, agent):
+                    shares = [s.shares.get(n, 0.0) for n in reasons]
+                    text = "/".join(f"{v:.2f}" for v in shares[: len(REASONS)])
+                    extra = [
+                        f"{n} {s.shares[n]:.2f}" for n in reasons[len(REASONS) :] if s.shares.get(n)
+                    ]
+                    text += "".join(f" ({e})" for e in extra)
+                    cells[s.t] = (text, [s.episodes, *(f"{v:.6f}" for v in shares)])
+            yield Line(agent, agent, cells)
+
+    md, rows = over_budgets(spec, "agent", _hidden_only(lines), _family_caption, keep_blank=False)
+    return Table(
+        "stop_reasons.csv",
+        ["family", "visibility", "agent", "T", "episodes", *reasons],
+        rows,
+        [
+            "### How episodes end against T",
+            "",
+            f"Share of no-fault episodes that end {'/'.join(REASONS)} at each T (budget hidden: "
+            "the run at the grid's largest T, cut at T: an episode not won by T and still "
+            "running after turn T ends by budget; one that ended earlier keeps its own reason).",
+            "",
+            *md,
+        ],
+    )
+
+
+def pass_k_table(spec: StudySpec, analysis: Analysis) -> Table:
+    """Pass@(K,T) of each agent against T, K the family's samples per task (budget hidden)."""
+
+    def lines(fam: Family, grid: list[int]) -> Iterable[Line]:
+        for agent in spec.agents:
+            cells: dict[int, Cell] = {}
+            for p in analysis.pass_k:
+                if (p.family, p.agent) == (fam.name, agent):
+                    values = [p.k, *(f"{v:.6f}" for v in (p.value, p.low, p.high)), p.units]
+                    cells[p.t] = (ci(p.value, p.low, p.high), values)
+            yield Line(agent, agent, cells)
+
+    def caption(fam: Family, vis: str) -> str:
+        return f"**{fam.name}, budget hidden** (K={fam.eval_samples}):"
+
+    md, rows = over_budgets(spec, "agent", _hidden_only(lines), caption, keep_blank=False)
+    return Table(
+        "pass_k_vs_t.csv",
+        ["family", "visibility", "agent", "T", "k", "pass_k", "low", "high", "units"],
+        rows,
+        [
+            "### Pass@(K,T) against T",
+            "",
+            "The unbiased Pass@(K,T) over each task's samples (K = the samples per task), "
+            "averaged over task x seed units, with 95% hierarchical bootstrap intervals.",
+            "",
+            *md,
+        ],
+    )
+
+
+def curve_table(analysis: Analysis) -> Table:
+    """Pass@1 at the generous T of the learning curve's checkpoints."""
+    rows, page = [], []
+    for c in analysis.curve:
+        rows.append(
+            [c.family, c.seed, c.agent, c.steps, c.t]
+            + [_num(v) for v in (c.value, c.low, c.high)]
+            + [c.units]
+        )
+        shown = "not run" if c.value is None else ci(c.value, c.low, c.high)
+        page.append([c.agent, str(c.steps), shown, str(c.units)])
+    md: list[str] = []
+    if analysis.curve:
+        c = analysis.curve[0]
+        md = [
+            f"**{c.family}, seed {c.seed}, budget hidden** (Pass@1 at the generous T={c.t}, "
+            "95% bootstrap intervals over tasks):",
+            "",
+            *md_table(["checkpoint", "env steps", "Pass@1", "tasks"], page),
+            "",
+        ]
+    return Table(
+        "learning_curve.csv",
+        ["family", "seed", "agent", "steps", "T", "pass1", "low", "high", "units"],
+        rows,
+        ["### Learning curve", "", *md] if md else [],
     )
