@@ -460,3 +460,14 @@ def test_partial_records_are_reported_not_fatal(tmp_path):
     assert "Budget binding, gone: unknown" in page
     assert "Headline, toy: not run (no records of fixed_generous, base)." in page
     assert "| base | 0 | not run | 0 |" in page  # the learning curve's missing points
+
+
+def test_the_learning_curve_is_drawn_when_it_has_points(tmp_path):
+    steps = FAM.steps(10)
+    records = cell("base", never) + cell("fixed_generous", lambda t, s, k: 2)
+    records += cell(curve_agent("fixed_generous", steps), lambda t, s, k: 2 if t % 2 else None)
+    docs = tmp_path / "docs" / "study.md"
+    report = write_study_report(_spec(curve=["toy", 0]), tmp_path / "out", docs, records=records)
+    curve = tmp_path / "docs" / "img" / "study" / "learning_curve_toy.png"
+    assert curve in report.figures and curve.stat().st_size > 0
+    assert "![learning_curve_toy](img/study/learning_curve_toy.png)" in docs.read_text()

@@ -1,6 +1,6 @@
 """The study's figures, per family and visibility: Pass@1 against T, the difference against the
-fixed-generous arm as a heatmap, single step against recovery (matplotlib loads when they are
-drawn)."""
+fixed-generous arm as a heatmap, single step against recovery; and the learning curve
+(matplotlib loads when they are drawn)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from budget_envs.study.contrasts import CurvePoint
 from budget_envs.study.spec import Family, StudySpec
 from budget_envs.study.stats import Difference, StepRecovery
 
@@ -20,8 +21,10 @@ def draw_figures(
     diffs: Sequence[Difference],
     steps: Sequence[StepRecovery],
     img: Path,
+    curve: Sequence[CurvePoint] = (),
 ) -> list[Path]:
-    """Draw the figures of every family and visibility with records into ``img``."""
+    """Draw the figures of every family and visibility with records, and the learning curve
+    when it has a point, into ``img``."""
     from budget_envs._util import import_optional
 
     Figure = import_optional("matplotlib.figure", extra="plots", what="figures").Figure
@@ -51,7 +54,32 @@ def draw_figures(
                 path = img / f"{stem}_{fam.name}_{vis}.png"
                 fig.savefig(path, dpi=110)
                 out.append(path)
+    drawn_curve = [p for p in curve if p.value is not None]
+    if drawn_curve:
+        fig = _curve(Figure, drawn_curve)
+        fig.tight_layout()
+        path = img / f"learning_curve_{drawn_curve[0].family}.png"
+        fig.savefig(path, dpi=110)
+        out.append(path)
     return out
+
+
+def _curve(Figure: Any, points: list[CurvePoint]) -> Any:
+    fig = Figure(figsize=(5, 3.5))
+    ax = fig.subplots()
+    xs = [p.steps for p in points]
+    ax.errorbar(
+        xs,
+        [p.value for p in points],
+        yerr=[[p.value - p.low for p in points], [p.high - p.value for p in points]],
+        marker="o",
+        capsize=3,
+    )
+    p = points[0]
+    ax.set(xlabel="env steps of PPO", ylabel=f"Pass@1 at T={p.t}", ylim=(-0.02, 1.05))
+    ax.set_title(f"{p.family}, seed {p.seed}: learning curve (budget hidden)", fontsize=9)
+    ax.grid(alpha=0.3)
+    return fig
 
 
 def _pass1(Figure: Any, fam: Family, vis: str, curves: list[tuple[str, Any]]) -> Any:

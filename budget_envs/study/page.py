@@ -86,7 +86,7 @@ def write_study_report(
     figs: list[Path] = []
     img = Path(docs).parent / "img" / "study"
     if figures:
-        figs = draw_figures(spec, surfaces, diffs, steps, img)
+        figs = draw_figures(spec, surfaces, diffs, steps, img, analysis.curve)
     if figs:
         md += ["### Figures", ""]
         for f in figs:
