@@ -1,8 +1,9 @@
 """The BudgetMix study from Python: what ``budgetmix study`` runs, with the same function.
 
-Trains the budget arms (fixed generous T, fixed tight T, BudgetMix uniform and log-uniform;
-budget hidden and visible), evaluates them against the random agent on tasks not used in
-training, compares them and writes the study page::
+Trains the arms (the imitation base, RL at a fixed generous T, at a fixed tight T, with
+BudgetMix, with a process reward; budget hidden and visible), evaluates them beside the random
+agent on tasks not used in training, tests the pre-registered contrasts and writes the study
+page::
 
     python examples/budgetmix_study.py --quick --out /tmp/study --docs /tmp/study/study.md
     python examples/budgetmix_study.py --report-only   # tables and figures from study/records
@@ -37,13 +38,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{stage}: {done}/{total} done")
 
     report = run_study(spec, args.out, args.docs, report_only=args.report_only, progress=progress)
-    for row in report.learning:
-        status = "learned" if row.learned else "NOT LEARNED"
-        print(
-            f"{row.family} {row.visibility} {row.arm} at T={row.budgets}: Pass@1 "
-            f"{row.arm_pass:.3f} vs random {row.random_pass:.3f}, "
-            f"{row.diff:+.3f} [{row.low:+.3f}, {row.high:+.3f}] {status}"
-        )
+    for c in report.contrasts:
+        shown = "not run" if c.estimate is None else f"{c.estimate:+.3f} [{c.low:+.3f}, {c.high:+.3f}]"
+        print(f"{c.family} {c.name}: {c.verdict} {shown}")
     print(f"report: {args.docs}; tables: {Path(args.out) / 'tables'}")
     return 0
 

@@ -179,13 +179,12 @@ def _demo_pair(spec: Any, folder: Path, args: argparse.Namespace, out: TextIO) -
     from budget_envs import study
 
     fam = spec.families[0]
-    arm_a, arm_b = spec.arms
-    t_a, t_b = (study.arm_budget(a, fam.tight, fam.generous) for a in (arm_a, arm_b))
-    print(
-        f"\n## Trained pair on {fam.env_id}: {arm_b} (training T {t_b}) against {arm_a} "
-        f"(training T {t_a})",
-        file=out,
+    trained = ", ".join(
+        f"{arm} (T {study.arm_budget(arm, fam.tight, fam.generous)})"
+        for arm in spec.arms
+        if arm != study.BASE
     )
+    print(f"\n## Trained arms on {fam.env_id}: {study.BASE} against {trained}", file=out)
     missing = missing_modules("ray", "torch")
     if missing:
         print(
@@ -210,11 +209,11 @@ def _demo_pair(spec: Any, folder: Path, args: argparse.Namespace, out: TextIO) -
     refs = ", ".join([study.RANDOM, *spec.references])
     vis = "hidden" if pair.visibility == "hidden" else f"visible ({pair.visibility})"
     print(
-        f"Budget {vis}, trained on {json.dumps(fam.train_kwargs)}: a shared warm start on "
-        f"{fam.warm_start_episodes} oracle episodes ({fam.warm_start_epochs} epochs), then "
-        f"{fam.iterations} PPO iteration(s) of {fam.batch_size} steps per arm. Evaluated on "
-        f"{fam.eval_tasks} unseen tasks of {json.dumps(fam.eval_kwargs)} x {fam.eval_samples} "
-        f"samples, with {refs} on the same tasks and episode seeds.",
+        f"Budget {vis}, trained on {json.dumps(fam.train_kwargs)}: {pair.base} is a warm start on "
+        f"{fam.warm_start_episodes} oracle episodes ({fam.warm_start_epochs} epochs); each other "
+        f"arm resumes it for {fam.iterations} PPO iteration(s) of {fam.batch_size} steps. "
+        f"Evaluated on {fam.eval_tasks} unseen tasks of {json.dumps(fam.eval_kwargs)} x "
+        f"{fam.eval_samples} samples, with {refs} on the same tasks and episode seeds.",
         file=out,
     )
     if pair.training:
@@ -233,30 +232,31 @@ def _demo_pair(spec: Any, folder: Path, args: argparse.Namespace, out: TextIO) -
         )
     for k in pair.ks:
         print(
-            f"\nPass@({k},T) on {pair.units} unseen tasks; B - A = {arm_b} - {arm_a} with its 95% "
+            f"\nPass@({k},T) on {pair.units} unseen tasks; each arm - {pair.base} with its 95% "
             "paired bootstrap interval (budgetmix compare):",
             file=out,
         )
-        header = ["T", *pair.agents, "B - A"]
+        header = ["T", *pair.agents, *(f"{arm} - {pair.base}" for arm in pair.arms)]
         print("| " + " | ".join(header) + " |", file=out)
         print("|" + "---|" * len(header), file=out)
         for j, t in enumerate(pair.ts):
-            d, lo, hi = pair.diff[k][j]
             row = [str(t), *(f"{pair.pass_at[a][k][j]:.3f}" for a in pair.agents)]
-            row.append(f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+            for arm in pair.arms:
+                d, lo, hi = pair.diff[arm][k][j]
+                row.append(f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]")
             print("| " + " | ".join(row) + " |", file=out)
-    same, total = pair.same_play
+    same = "; ".join(f"{arm} {a} of {n}" for arm, (a, n) in pair.same_play.items())
     print(
-        f"\n{arm_a} and {arm_b} played the same actions in {same} of {total} paired episodes "
-        f"(same task, sample and episode seed).",
+        f"\nPaired episodes (same task, sample and episode seed) in which an arm played the same "
+        f"actions as {pair.base}: {same}.",
         file=out,
     )
     figures = [] if args.no_figures else [*pair.figures, *run.report.figures]
     if figures:
         print("Figures: " + ", ".join(str(f) for f in figures), file=out)
     print(
-        f"Trained pair: {folder / 'study.md'} (tables in {folder / 'tables'}, the comparison in "
-        f"{pair.compare_dir}); {run.seconds:.0f} s.",
+        f"Trained arms: {folder / 'study.md'} (tables in {folder / 'tables'}, the comparisons in "
+        f"{folder / 'compare'}); {run.seconds:.0f} s.",
         file=out,
     )
     return "done"

@@ -1,9 +1,9 @@
 """The study folder: where each stage writes, and the records the report reads back::
 
-    policies/<family>/hidden/s<seed>/warm/           the warm start the hidden arms share
-    policies/<family>/remaining/s<seed>/warm_<arm>/  a visible arm's own warm start
-    policies/<family>/<visibility>/s<seed>/<arm>/    each arm's policy (warm start + PPO)
-    eval/<family>/<visibility>/s<seed>/             the eval run while it runs (resumable)
+    policies/<family>/<visibility>/s<seed>/warm/     the warm start every arm starts from
+    policies/<family>/<visibility>/s<seed>/<arm>/    each arm's policy (base: the warm start)
+    policies/<family>/hidden/s<seed>/curve/<arm>~<steps>/  learning-curve checkpoints
+    eval/<family>/<visibility>/s<seed>/<run>/       the eval runs while they run (resumable)
     records/<family>__<visibility>__s<seed>.jsonl.gz the finished eval records (committed)
     compare/<family>__<visibility>__<arm>_vs_<base>/ ``budgetmix compare`` of an arm against a base
     tables/*.md, tables/*.csv                       the report's tables (same bytes on a re-run)
@@ -29,10 +29,14 @@ def policy_root(out: Path, fam: Family, vis: str, seed: int) -> Path:
     return out / "policies" / fam.name / vis / f"s{seed}"
 
 
-def warm_root(out: Path, fam: Family, vis: str, seed: int, arm: str) -> Path:
-    """The warm start an arm's PPO resumes: shared by the hidden arms, one per visible arm."""
-    root = policy_root(out, fam, vis, seed)
-    return root / "warm" if vis == "hidden" else root / f"warm_{arm}"
+def warm_root(out: Path, fam: Family, vis: str, seed: int) -> Path:
+    """The warm start (the base) every arm of one family, visibility and seed starts from."""
+    return policy_root(out, fam, vis, seed) / "warm"
+
+
+def curve_root(out: Path, fam: Family, vis: str, seed: int) -> Path:
+    """Where the learning curve's checkpoint copies of one family, visibility and seed go."""
+    return policy_root(out, fam, vis, seed) / "curve"
 
 
 def records_path(out: Path, fam: Family, vis: str, seed: int) -> Path:
@@ -50,16 +54,18 @@ def agent_name(arm: str, seed: int) -> str:
     return f"{arm}@s{seed}"
 
 
-def compress_records(src: Path, dst: Path) -> None:
-    """Gzip the records with a fixed header (no file name, no time), one line per record key
-    (a retried episode's earlier error line is dropped)."""
+def compress_records(src: Path | Sequence[Path], dst: Path) -> None:
+    """Gzip the records of one run (or of several, in order) with a fixed header (no file name,
+    no time), one line per record key: a retried episode's earlier error line is dropped, and an
+    episode two runs share (the no-fault twins of a fault run) is kept once, from the first."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     latest: dict[str, str] = {}
-    for line in src.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            record = json.loads(line)
-            if not record.get("error"):
-                latest[record["key"]] = line
+    for path in [src] if isinstance(src, Path) else src:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                record = json.loads(line)
+                if not record.get("error") and record["key"] not in latest:
+                    latest[record["key"]] = line
     tmp = dst.with_suffix(".tmp")
     with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as z:
         z.write(("\n".join(latest.values()) + "\n").encode("utf-8"))

@@ -14,6 +14,13 @@ from budget_envs.study.spec import StudySpec
 from budget_envs.study.stages import Progress, compare_stage, eval_stage, train_stage
 
 
+def same_study(saved: StudySpec, spec: StudySpec) -> bool:
+    """Whether ``spec`` is the study ``saved`` describes, perhaps with families added after it."""
+    names = [f.name for f in saved.families]
+    kept = [f for f in spec.families if f.name in names]
+    return [f.name for f in kept] == names and replace(spec, families=kept) == saved
+
+
 def run_study(
     spec: StudySpec,
     out: str | os.PathLike,
@@ -54,8 +61,11 @@ def run_study(
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "study.json"
     text = json.dumps(spec.to_json(), indent=2) + "\n"
-    # Compared as specs, not text: a folder written before a field was added still matches.
-    if saved.exists() and StudySpec.from_json(json.loads(saved.read_text("utf-8"))) != spec:
+    # Compared as specs, not text: a folder written before a field was added still matches,
+    # and so does one whose study has since gained a family (its records stay valid).
+    if saved.exists() and not same_study(
+        StudySpec.from_json(json.loads(saved.read_text("utf-8"))), spec
+    ):
         raise ValueError(
             f"{out} holds another study ({saved}); use another --out or the same options"
         )

@@ -10,25 +10,33 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-#: The arms, in report order: name -> how its training budget derives from (tight, generous).
+#: The arms, in report order: name -> what it is. ``base`` is the starting checkpoint every
+#: other arm resumes (imitation of oracle episodes, no RL); the others add PPO under their budget.
 ARMS: dict[str, str] = {
-    "fixed_generous": "fixed T = generous",
-    "fixed_tight": "fixed T = tight",
-    "mix_uniform": "BudgetMix uniform over tight..generous",
-    "mix_log": "BudgetMix log-uniform over tight..generous",
+    "base": "the starting checkpoint: imitation of oracle episodes, no RL",
+    "fixed_generous": "RL at fixed T = generous",
+    "fixed_tight": "RL at fixed T = tight",
+    "mix": "RL with T uniform over tight..generous (BudgetMix)",
+    "mix_log": "RL with T log-uniform over tight..generous (BudgetMix)",
+    "process": "RL at fixed T = generous with the ProcessReward signal",
 }
+#: The arm that is the policy every RL arm starts from (evaluated as it is).
+BASE = "base"
+#: The arm called "RL" in the contrasts (C1, C2).
+RL = "fixed_generous"
 VISIBILITIES = ("hidden", "remaining")
 #: The untrained baseline every arm is evaluated beside (its agent spec is its name).
 RANDOM = "random"
 
 
 def arm_budget(arm: str, tight: int, generous: int) -> int | str:
-    """The training budget spec of ``arm`` (a fixed int or a spec string)."""
-    if arm == "fixed_generous":
+    """The training budget spec of ``arm`` (a fixed int or a spec string); ``base`` has the
+    generous T of the warm start it is."""
+    if arm in ("fixed_generous", "process", "base"):
         return generous
     if arm == "fixed_tight":
         return tight
-    if arm == "mix_uniform":
+    if arm == "mix":
         return f"{tight}..{generous}"
     if arm == "mix_log":
         return f"log:{tight}..{generous}"
@@ -36,11 +44,16 @@ def arm_budget(arm: str, tight: int, generous: int) -> int | str:
 
 
 def arm_pmf(arm: str, tight: int, generous: int) -> dict[int, float]:
-    """P(T) of the arm's training budget (the weights of its learning-status budget)."""
+    """P(T) of the arm's training budget."""
     from budget_envs.wrappers.budget_spec import parse_budget
 
     spec = parse_budget(arm_budget(arm, tight, generous))
     return {int(t): float(p) for t, p in spec.pmf(0).items()}
+
+
+def curve_agent(arm: str, steps: int) -> str:
+    """The agent name of ``arm``'s checkpoint after ``steps`` env steps (the learning curve)."""
+    return f"{arm}~{steps}"
 
 
 @dataclass(frozen=True)
@@ -48,28 +61,47 @@ class Family:
     """One family of the study: where it trains, where it is evaluated, and its budgets.
 
     ``train_kwargs`` and ``eval_kwargs`` are env constructor kwargs; the eval tasks are not
-    among the training tasks (another split or world). ``tight`` is about 1.2x and ``generous``
-    about 3x the optimal length of the family's tasks (which lie in a narrow band).
-    ``eval_budgets`` is the T grid of budget-visible evaluations; budget-hidden ones run once at
-    its largest T and give every smaller T.
+    among the training tasks (another split or world). ``optimal`` is the typical optimal length
+    of the family's tasks (the oracle's cost-to-go at reset), ``tight`` about 1.25x and
+    ``generous`` about 3x of it; ``eval_budgets`` is the T grid (about 1, 1.25, 1.5, 2, 3 and 4x),
+    played once at its largest T when the budget is hidden (every smaller T follows) and at each
+    T when it is visible.
+
+    Training: the base is a warm start of ``warm_start_episodes`` oracle episodes (no random
+    turns) fitted for ``warm_start_epochs`` epochs; each RL arm resumes it for ``iterations`` PPO
+    iterations of ``batch_size`` env steps (``num_epochs`` passes in minibatches of
+    ``minibatch_size``). ``curve_iterations`` are the iterations whose checkpoints the learning
+    curve evaluates (:attr:`StudySpec.curve`). ``process_reward`` is the scale of the
+    ``process`` arm's ProcessReward signal.
+
+    Evaluation: ``eval_tasks`` unseen tasks x ``eval_samples`` samples without faults (with
+    ``probe_states`` single-step probes per task), ``fault_samples`` samples with one fault at
+    each of ``fault_turns``, ``visible_samples`` samples per T when the budget is visible.
     """
 
     name: str
     env_id: str
     train_kwargs: dict[str, Any]
     eval_kwargs: dict[str, Any]
+    optimal: int
     tight: int
     generous: int
     eval_budgets: list[int]
     max_actions: int
     warm_start_episodes: int
-    warm_start_epochs: int = 10
-    iterations: int = 20
-    batch_size: int = 512
-    eval_tasks: int = 20
-    eval_samples: int = 4
+    warm_start_epochs: int = 4
+    iterations: int = 50
+    batch_size: int = 1024
+    minibatch_size: int = 256
+    num_epochs: int = 4
+    curve_iterations: list[int] = field(default_factory=lambda: [10, 30])
+    process_reward: float = 0.1
+    eval_tasks: int = 50
+    eval_samples: int = 8
+    fault_samples: int = 2
     fault_turns: list[int] = field(default_factory=lambda: [1, 2, 3])
     probe_states: int = 4
+    visible_samples: int = 4
 
     def __post_init__(self) -> None:
         if not 1 <= self.tight < self.generous:
@@ -77,36 +109,61 @@ class Family:
                 f"{self.name}: need 1 <= tight < generous, got {self.tight}, {self.generous}"
             )
         grid = sorted(self.eval_budgets)
-        if not grid or grid[0] >= self.tight or grid[-1] <= self.generous:
+        if not grid or grid[0] > self.tight or grid[-1] <= self.generous:
             raise ValueError(
-                f"{self.name}: eval_budgets must reach below tight ({self.tight}) and above "
+                f"{self.name}: eval_budgets must reach tight ({self.tight}) or below and above "
                 f"generous ({self.generous}), got {self.eval_budgets!r}"
             )
+        if self.tight not in grid or self.generous not in grid:
+            raise ValueError(f"{self.name}: eval_budgets must hold tight and generous")
+        if any(not 0 < c < self.iterations for c in self.curve_iterations):
+            raise ValueError(
+                f"{self.name}: curve_iterations must lie in 1..{self.iterations - 1}, "
+                f"got {self.curve_iterations!r}"
+            )
+        if not 1 <= self.fault_samples <= self.eval_samples:
+            raise ValueError(f"{self.name}: need 1 <= fault_samples <= eval_samples")
+
+    def steps(self, iterations: int | None = None) -> int:
+        """Env steps of ``iterations`` PPO iterations (default: all of them)."""
+        return (self.iterations if iterations is None else iterations) * self.batch_size
 
 
 @dataclass(frozen=True)
 class StudySpec:
-    """What the study trains and evaluates (see :func:`full_spec` and :func:`quick_spec`)."""
+    """What the study trains and evaluates (see :func:`full_spec` and :func:`quick_spec`).
+
+    ``visible_seeds`` are the seeds run with the budget visible (None: all of ``seeds``);
+    ``curve`` is the (family, seed) whose ``fixed_generous`` checkpoints at the family's
+    ``curve_iterations`` are evaluated beside the arms (the learning curve; None: none).
+    ``trainer`` is ``"rllib"`` (the action-scoring policy) or ``"trl"`` (an LLM policy, trained
+    from ``model``: ``"tiny"``, the offline tiny model, or a Hugging Face model name or path).
+    """
 
     families: list[Family]
-    arms: list[str] = field(default_factory=lambda: list(ARMS))
+    arms: list[str] = field(
+        default_factory=lambda: ["base", "fixed_generous", "fixed_tight", "mix", "process"]
+    )
     visibilities: list[str] = field(default_factory=lambda: list(VISIBILITIES))
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    visible_seeds: list[int] | None = None
     gamma: float = 1.0
-    lr: float = 1e-4
+    lr: float = 3e-4
     entropy_coeff: float = 0.001
-    n_boot: int = 1000
+    n_boot: int = 2000
+    curve: list[Any] | None = None
+    trainer: str = "rllib"
+    model: str = "tiny"
     #: Reference agents (name -> agent spec, e.g. ``{"oracle": "oracle"}``) evaluated beside the
-    #: arms and random in the same runs (same tasks, same episode seeds); not trained, not scored
-    #: for learning, shown in the Pass@1 and single-step tables and figures.
+    #: arms and random in the same runs (same tasks, same episode seeds); not trained.
     references: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.families:
             raise ValueError("a study needs at least one family")
         bad = [a for a in self.arms if a not in ARMS]
-        if bad or not self.arms:
-            raise ValueError(f"arms must be among {list(ARMS)}, got {self.arms!r}")
+        if bad or not self.arms or len(set(self.arms)) != len(self.arms):
+            raise ValueError(f"arms must be distinct names among {list(ARMS)}, got {self.arms!r}")
         bad = [v for v in self.visibilities if v not in VISIBILITIES]
         if bad or not self.visibilities:
             raise ValueError(
@@ -114,17 +171,45 @@ class StudySpec:
             )
         if not self.seeds:
             raise ValueError("a study needs at least one seed")
+        if self.visible_seeds is not None and not set(self.visible_seeds) <= set(self.seeds):
+            raise ValueError(f"visible_seeds must be among seeds {self.seeds!r}")
+        if self.trainer not in ("rllib", "trl"):
+            raise ValueError(f"trainer must be 'rllib' or 'trl', got {self.trainer!r}")
+        if self.curve is not None:
+            fam, seed = self.curve
+            if fam not in [f.name for f in self.families] or seed not in self.seeds:
+                raise ValueError(f"curve must be [family, seed] of the study, got {self.curve!r}")
+            if RL not in self.arms:
+                raise ValueError(f"a learning curve needs the {RL} arm")
         taken = {*ARMS, RANDOM}
-        bad = [n for n in self.references if n in taken or "@s" in n or not n]
+        bad = [n for n in self.references if n in taken or "@s" in n or "~" in n or not n]
         if bad:
             raise ValueError(
-                f"reference agent names must be new, non-empty and free of '@s', got {bad!r}"
+                f"reference agent names must be new, non-empty and free of '@s' and '~', "
+                f"got {bad!r}"
             )
 
     @property
     def agents(self) -> list[str]:
         """The agents of every eval run, in report order: the arms, random, the references."""
         return [*self.arms, RANDOM, *self.references]
+
+    @property
+    def rl_arms(self) -> list[str]:
+        """The arms that train with PPO (every arm but ``base``)."""
+        return [a for a in self.arms if a != BASE]
+
+    def seeds_for(self, visibility: str) -> list[int]:
+        """The training seeds run with ``visibility``."""
+        if visibility == "hidden" or self.visible_seeds is None:
+            return list(self.seeds)
+        return [s for s in self.seeds if s in self.visible_seeds]
+
+    def curve_points(self, fam: Family, seed: int) -> list[int]:
+        """The curve's checkpoint iterations for (``fam``, ``seed``) (empty off the curve)."""
+        if self.curve is None or [fam.name, seed] != list(self.curve):
+            return []
+        return sorted(fam.curve_iterations)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -139,7 +224,7 @@ class StudySpec:
 
 def _tooluse(**sizes: Any) -> Family:
     """ToolUse level 1, trained in world 0 and evaluated in world 1 (unseen tasks): the family
-    every preset has; ``sizes`` gives its budgets and run sizes."""
+    of the quick check and the demo; ``sizes`` gives its budgets and run sizes."""
     return Family(
         name="tooluse",
         env_id="BudgetMix/ToolUse-v0",
@@ -151,105 +236,101 @@ def _tooluse(**sizes: Any) -> Family:
 
 
 def full_spec() -> StudySpec:
-    """The full study: three families, four arms, hidden and visible, three seeds."""
-    # A short PPO on top of each warm start, the same in every family.
-    ppo = {"iterations": 2, "batch_size": 256}
+    """The full study: ALFWorld small scenes, WebShop level 2 and TextWorld coin collector,
+    five arms, five seeds with the budget hidden and two with it visible."""
     return StudySpec(
         families=[
-            _tooluse(
-                tight=5,
-                generous=12,
-                eval_budgets=[4, 5, 6, 8, 10, 12, 16],
-                warm_start_episodes=500,
-                **ppo,
-            ),
             Family(
                 name="alfworld",
                 env_id="BudgetMix/ALFWorld-v0",
                 train_kwargs={"level": 1, "tasks_per_level": 100, "max_receptacles": 12},
                 eval_kwargs={
                     "level": 1,
-                    "tasks_per_level": 20,
+                    "tasks_per_level": 50,
                     "split": "valid_seen",
                     "max_receptacles": 12,
                 },
+                optimal=5,
                 tight=6,
                 generous=15,
-                eval_budgets=[5, 6, 8, 11, 15, 20],
+                eval_budgets=[5, 6, 8, 10, 15, 20],
                 max_actions=128,
-                warm_start_episodes=200,
-                eval_tasks=12,
-                eval_samples=3,
-                **ppo,
+                warm_start_episodes=40,
             ),
             Family(
                 name="webshop",
                 env_id="BudgetMix/WebShop-v0",
-                train_kwargs={"level": 2, "tasks_per_level": 200},
-                eval_kwargs={"level": 2, "tasks_per_level": 200, "split": "test"},
+                train_kwargs={"level": 2, "tasks_per_level": 400},
+                eval_kwargs={"level": 2, "tasks_per_level": 50, "split": "test"},
+                optimal=5,
                 tight=6,
                 generous=15,
-                eval_budgets=[4, 6, 8, 11, 15, 20],
+                eval_budgets=[5, 6, 8, 10, 15, 20],
                 max_actions=256,
-                warm_start_episodes=200,
-                **ppo,
+                warm_start_episodes=40,
             ),
-        ]
+        ],
+        visible_seeds=[0, 1],
+        curve=["alfworld", 0],
     )
 
 
 def quick_spec() -> StudySpec:
-    """The pipeline check: ToolUse level 1, two arms, budget hidden, one seed, tiny training."""
+    """The pipeline check: ToolUse level 1, base and three RL arms, budget hidden, one seed,
+    tiny training and evaluation (every stage and table runs, nothing is measured)."""
     return StudySpec(
         families=[
             _tooluse(
+                optimal=4,
                 tight=5,
                 generous=12,
                 eval_budgets=[4, 5, 8, 12, 14],
-                warm_start_episodes=50,
+                warm_start_episodes=20,
                 warm_start_epochs=2,
-                iterations=1,
+                iterations=2,
                 batch_size=64,
+                minibatch_size=64,
+                num_epochs=1,
+                curve_iterations=[1],
                 eval_tasks=3,
                 eval_samples=2,
+                fault_samples=1,
                 fault_turns=[1, 2],
                 probe_states=2,
             )
         ],
-        arms=["fixed_generous", "mix_uniform"],
+        arms=["base", "fixed_generous", "fixed_tight", "mix"],
         visibilities=["hidden"],
         seeds=[0],
         n_boot=200,
+        curve=["tooluse", 0],
     )
 
 
 def demo_spec(**sizes: Any) -> StudySpec:
-    """The demo's trained pair: ``fixed_generous`` against ``mix_uniform`` on ToolUse level 1.
+    """The demo's trained trio on ToolUse level 1: ``base`` (a short imitation warm start),
+    ``fixed_generous`` (PPO at T=12 from it) and ``mix`` (PPO with T uniform over 3..12).
 
     Budget hidden, one seed, trained in world 0 and evaluated on 20 tasks x 4 samples of world 1
     (unseen), beside the random, oracle and oracle-eps0.3 agents on the same tasks and episode
-    seeds. A shared warm start (300 oracle episodes, 10 epochs) makes the pair beat random on
-    unseen tasks; then 2 PPO iterations of 256 steps per arm.
-
-    Two settings differ from the study's ToolUse family, both because a brief PPO would
-    otherwise leave the arms identical (measured): ``tight`` is 3, the shortest optimal length
-    of the level-1 tasks, not 5 (the warm-started policy ends its episodes in about 3 turns, so
-    with BudgetMix over 5..12 no training episode met its budget and both arms saw the same
-    episodes), and the PPO learning rate is 1e-3, not 1e-4 (at 1e-4, after 4 iterations, the
-    arms played alike in 75 of 80 paired eval episodes, with the same Pass@(K,T) at every K and
-    T). ``sizes`` overrides :class:`Family` fields (smaller runs in tests), e.g.
-    ``demo_spec(warm_start_episodes=40, iterations=1)``.
+    seeds. ``tight`` is 3, the shortest optimal length of the level-1 tasks: the policy ends its
+    episodes in about 3 turns, so with T drawn over 5..12 no training episode would meet its
+    budget. ``sizes`` overrides :class:`Family` fields (smaller runs in tests), e.g.
+    ``demo_spec(warm_start_episodes=20, iterations=2)``.
     """
     fam = _tooluse(
+        optimal=3,
         tight=3,
         generous=12,
         eval_budgets=[2, 3, 4, 5, 6, 8, 10, 12, 14],
-        warm_start_episodes=300,
+        warm_start_episodes=40,
         warm_start_epochs=10,
-        iterations=2,
-        batch_size=256,
+        iterations=12,
+        batch_size=1024,
+        curve_iterations=[4],
         eval_tasks=20,
         eval_samples=4,
+        fault_samples=1,
         fault_turns=[2],
         probe_states=2,
     )
@@ -259,10 +340,9 @@ def demo_spec(**sizes: Any) -> StudySpec:
         raise ValueError(f"demo_spec: bad size override {sizes!r}: {exc}") from None
     return StudySpec(
         families=[fam],
-        arms=["fixed_generous", "mix_uniform"],
+        arms=["base", "fixed_generous", "mix"],
         visibilities=["hidden"],
         seeds=[0],
-        lr=1e-3,
         n_boot=1000,
         references={"oracle": "oracle", "oracle-eps0.3": "oracle:epsilon=0.3"},
     )

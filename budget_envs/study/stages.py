@@ -15,13 +15,14 @@ from budget_envs.study.folder import (
     agent_name,
     compare_dir,
     compress_records,
+    curve_root,
     load_study_records,
     policy_root,
     records_path,
     select,
     warm_root,
 )
-from budget_envs.study.spec import RANDOM, StudySpec, arm_budget
+from budget_envs.study.spec import BASE, RANDOM, RL, Family, StudySpec, arm_budget, curve_agent
 from budget_envs.study.stats import compare_arms
 
 #: ``progress(stage, done, total)``: how the long stages report (the CLI draws bars with it).
@@ -37,173 +38,255 @@ def _trained(policy_dir: Path, iterations: int) -> bool:
     return iterations == 0 or len(read_metrics(policy_dir)) >= iterations
 
 
+def _common(spec: StudySpec, fam: Family, vis: str, seed: int, num_cpus: int) -> dict[str, Any]:
+    """The ``train`` options every policy of (family, visibility, seed) shares."""
+    return dict(
+        visibility=vis,
+        env_kwargs=fam.train_kwargs,
+        seed=seed,
+        gamma=spec.gamma,
+        max_actions=fam.max_actions,
+        train_batch_size=fam.batch_size,
+        minibatch_size=fam.minibatch_size,
+        num_epochs=fam.num_epochs,
+        num_cpus=num_cpus,
+    )
+
+
+def _copy(src: Path, dst: Path) -> None:
+    """Copy a policy folder whole, or not at all (through a temporary name)."""
+    tmp = dst.with_name(dst.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    shutil.copytree(src, tmp)
+    tmp.replace(dst)
+
+
+def _train_jobs(spec: StudySpec, out: Path) -> list[tuple[Family, str, int]]:
+    # finished evals (committed records) need no policies: a clone of the study folder, which
+    # has no policies/, does not train them again
+    return [
+        (fam, vis, seed)
+        for fam in spec.families
+        for vis in spec.visibilities
+        for seed in spec.seeds_for(vis)
+        if not records_path(out, fam, vis, seed).exists()
+    ]
+
+
+def _arm_done(spec: StudySpec, out: Path, fam: Family, vis: str, seed: int, arm: str) -> bool:
+    root = policy_root(out, fam, vis, seed)
+    if arm == BASE:
+        return _trained(root / arm, 0)
+    points = spec.curve_points(fam, seed) if arm == RL and vis == "hidden" else []
+    return _trained(root / arm, fam.iterations) and all(
+        _trained(curve_root(out, fam, vis, seed) / curve_agent(arm, fam.steps(i)), i)
+        for i in points
+    )
+
+
 def train_stage(
     spec: StudySpec, out: Path, *, progress: Progress | None = None, num_cpus: int = 2
 ) -> list[Path]:
     """Train every (family, visibility, seed, arm) policy that is not finished yet.
 
-    Every training episode of an arm, the warm start's included, is played under the arm's
-    budget, with one saving: a budget-hidden policy's inputs do not depend on the budget and the
-    oracle's labels do not either, so the hidden arms of one (family, seed) share one warm start
-    (run at the generous T) and differ in the budgets of their PPO episodes. A budget-visible
-    policy sees turns left and T in its inputs, so each visible arm has its own warm start, run
-    under the arm's budget: a fixed-T arm has seen only its T when PPO starts.
+    Every arm of one (family, visibility, seed) starts from the same checkpoint, the base: a
+    warm start on oracle episodes only (no random turns), played at the generous T. ``base`` is
+    that checkpoint, evaluated as it is; every RL arm resumes it for the family's PPO iterations
+    under the arm's budget (``process`` with the ProcessReward signal added). On the curve's
+    (family, seed), the ``fixed_generous`` policy is copied at each of ``curve_iterations``
+    (budget hidden), so the learning curve is evaluated on the same unseen tasks.
     """
+    if spec.trainer == "trl":
+        from budget_envs.study.trl_stage import train_stage_trl
+
+        return train_stage_trl(spec, out, progress=progress)
     from budget_envs.integrations.rllib_train import start_local_ray, train
 
-    jobs = [
-        (fam, vis, seed, arm)
-        for fam in spec.families
-        for vis in spec.visibilities
-        for seed in spec.seeds
-        for arm in spec.arms
-        # finished evals (committed records) need no policies: a clone of the study folder,
-        # which has no policies/, does not train them again
-        if not records_path(out, fam, vis, seed).exists()
-    ]
+    jobs = _train_jobs(spec, out)
+    total = len(jobs) * len(spec.arms)
     done = 0
     policies = []
     import ray
 
     started = not ray.is_initialized()
-    if started and any(
-        not _trained(policy_root(out, f, v, s) / a, f.iterations) for f, v, s, a in jobs
-    ):
+    todo = [
+        (f, v, s, a) for f, v, s in jobs for a in spec.arms if not _arm_done(spec, out, f, v, s, a)
+    ]
+    if started and todo:
         start_local_ray(num_cpus)
     try:
-        for fam, vis, seed, arm in jobs:
+        for fam, vis, seed in jobs:
             root = policy_root(out, fam, vis, seed)
-            target = root / arm
-            policies.append(target)
-            if progress is not None:
-                progress("train", done, len(jobs))
-            if _trained(target, fam.iterations):
-                done += 1
-                continue
-            common = dict(
-                visibility=vis,
-                env_kwargs=fam.train_kwargs,
-                seed=seed,
-                gamma=spec.gamma,
-                max_actions=fam.max_actions,
-                train_batch_size=fam.batch_size,
-                minibatch_size=min(128, fam.batch_size),
-                num_cpus=num_cpus,
-            )
-            budget = arm_budget(arm, fam.tight, fam.generous)
-            warm = warm_root(out, fam, vis, seed, arm)
-            if not _trained(warm, 0):
+            common = _common(spec, fam, vis, seed, num_cpus)
+            warm = warm_root(out, fam, vis, seed)
+            if any(t[:3] == (fam, vis, seed) for t in todo) and not _trained(warm, 0):
                 if warm.exists():
                     shutil.rmtree(warm)  # a warm start killed half-way: redo it
                 train(
                     fam.env_id,
-                    budget=fam.generous if vis == "hidden" else budget,
+                    budget=fam.generous,
                     out_dir=warm,
                     iterations=0,
                     warm_start_episodes=fam.warm_start_episodes,
                     warm_start_epochs=fam.warm_start_epochs,
-                    warm_start_explore=0.3,  # the study's design (train's default is now 0)
+                    warm_start_explore=0.0,
                     **common,
                 )
-            if not (target / "checkpoint").exists():
-                if target.exists():
-                    shutil.rmtree(target)
-                shutil.copytree(warm, target)
-            train(
-                fam.env_id,
-                budget=budget,
-                out_dir=target,
-                iterations=fam.iterations,
-                lr=spec.lr,
-                entropy_coeff=spec.entropy_coeff,
-                checkpoint_every=max(1, fam.iterations // 4),
-                resume=True,
-                **common,
-            )
-            done += 1
+            for arm in spec.arms:
+                target = root / arm
+                policies.append(target)
+                if progress is not None:
+                    progress("train", done, total)
+                if _arm_done(spec, out, fam, vis, seed, arm):
+                    done += 1
+                    continue
+                if not (target / "checkpoint").exists():
+                    if target.exists():
+                        shutil.rmtree(target)
+                    _copy(warm, target)
+                if arm == BASE:
+                    done += 1
+                    continue
+                points = spec.curve_points(fam, seed) if arm == RL and vis == "hidden" else []
+                for stop in [*points, fam.iterations]:
+                    copy = curve_root(out, fam, vis, seed) / curve_agent(arm, fam.steps(stop))
+                    if stop in points and _trained(copy, stop):
+                        continue
+                    if stop in points and _trained(target, stop + 1):
+                        raise RuntimeError(
+                            f"{target} trained past iteration {stop} without its learning-curve "
+                            f"copy {copy}: delete {target} and run the study again"
+                        )
+                    train(
+                        fam.env_id,
+                        budget=arm_budget(arm, fam.tight, fam.generous),
+                        out_dir=target,
+                        iterations=stop,
+                        lr=spec.lr,
+                        entropy_coeff=spec.entropy_coeff,
+                        process_reward=fam.process_reward if arm == "process" else None,
+                        checkpoint_every=5,
+                        resume=True,
+                        **common,
+                    )
+                    if stop in points:
+                        copy.parent.mkdir(parents=True, exist_ok=True)
+                        _copy(target, copy)
+                done += 1
         if progress is not None:
-            progress("train", done, len(jobs))
+            progress("train", done, total)
     finally:
         if started and ray.is_initialized():
             ray.shutdown()
     return policies
 
 
+def eval_plans(spec: StudySpec, out: Path, fam: Family, vis: str, seed: int) -> dict[str, Any]:
+    """The eval runs of (family, visibility, seed), by name: all paired (the seed is the run
+    seed, so every agent plays the same tasks with the same episode seeds).
+
+    Budget hidden: ``episodes`` (every arm, the curve's checkpoints, random and the references;
+    ``eval_samples`` samples at the grid's largest T, which gives every smaller T, with
+    single-step probes) and ``faults`` (the arms, ``fault_samples`` samples with one fault at
+    each fault turn; its no-fault twins are the same episodes as ``episodes``' first samples).
+    Budget visible: ``episodes`` at every T of the grid, ``visible_samples`` samples.
+    """
+    from budget_envs.eval.runner import EvalPlan
+
+    root = policy_root(out, fam, vis, seed)
+    arms = {agent_name(arm, seed): f"policy:{root / arm}" for arm in spec.arms}
+    curve = {
+        agent_name(curve_agent(RL, fam.steps(i)), seed): "policy:"
+        + str(curve_root(out, fam, vis, seed) / curve_agent(RL, fam.steps(i)))
+        for i in (spec.curve_points(fam, seed) if vis == "hidden" else [])
+    }
+    everyone = {**arms, **curve, RANDOM: RANDOM, **spec.references}
+    grid = sorted(fam.eval_budgets)
+    common = dict(
+        env_ids=[fam.env_id],
+        tasks=fam.eval_tasks,
+        visibility=vis,
+        seed=seed,
+        env_kwargs=dict(fam.eval_kwargs),
+    )
+    if vis != "hidden":
+        return {
+            "episodes": EvalPlan(
+                agents=everyone, samples=fam.visible_samples, budgets=grid, **common
+            )
+        }
+    plans = {
+        "episodes": EvalPlan(
+            agents=everyone,
+            samples=fam.eval_samples,
+            budgets=[grid[-1]],
+            probe_states=fam.probe_states,
+            **common,
+        )
+    }
+    if fam.fault_turns:
+        plans["faults"] = EvalPlan(
+            agents=arms,
+            samples=fam.fault_samples,
+            budgets=[grid[-1]],
+            fault_turns=list(fam.fault_turns),
+            **common,
+        )
+    return plans
+
+
 def eval_stage(
     spec: StudySpec, out: Path, *, progress: Progress | None = None, workers: int = 2
 ) -> list[Path]:
     """Evaluate each (family, visibility, seed)'s arms, the random agent and the spec's
-    reference agents on unseen tasks.
-
-    One run per (family, visibility, seed), with that seed as the run seed, so an arm and the
-    random agent play the same tasks with the same episode seeds (paired). Budget-hidden runs
-    play once at the grid's largest T; budget-visible runs (``visibility="remaining"``) play
-    every T of the grid. Both add single-step probes from oracle-prefix states and one fault at
-    each of the family's fault turns. Finished runs are gzipped into ``records/``.
-    """
-    from budget_envs.eval.runner import EvalPlan, run_plan
+    reference agents on unseen tasks (:func:`eval_plans`); finished runs are merged and gzipped
+    into ``records/``."""
+    from budget_envs.eval.runner import run_plan
     from budget_envs.eval.runner.records import RECORDS_FILE
 
     written = []
     for fam in spec.families:
         for vis in spec.visibilities:
-            for seed in spec.seeds:
+            for seed in spec.seeds_for(vis):
                 target = records_path(out, fam, vis, seed)
                 written.append(target)
                 if target.exists():
                     continue
-                agents: dict[str, Any] = {
-                    agent_name(arm, seed): f"policy:{policy_root(out, fam, vis, seed) / arm}"
-                    for arm in spec.arms
-                }
-                agents[RANDOM] = RANDOM
-                agents.update(spec.references)
-                grid = sorted(fam.eval_budgets)
-                plan = EvalPlan(
-                    env_ids=[fam.env_id],
-                    agents=agents,
-                    tasks=fam.eval_tasks,
-                    samples=fam.eval_samples,
-                    budgets=[grid[-1]] if vis == "hidden" else grid,
-                    visibility=vis,
-                    fault_turns=list(fam.fault_turns),
-                    # Probes replay an oracle prefix with the budget hidden: a budget-visible policy
-                    # cannot play them (its single-step accuracy is its on-policy agreement).
-                    probe_states=fam.probe_states if vis == "hidden" else 0,
-                    seed=seed,
-                    env_kwargs=dict(fam.eval_kwargs),
-                )
-                run_dir = out / "eval" / fam.name / vis / f"s{seed}"
-                count: dict[str, Any] = {"done": 0, "total": 0}
-                count["stage"] = f"eval {fam.name} {vis} s{seed}"
+                runs = []
+                for name, plan in eval_plans(spec, out, fam, vis, seed).items():
+                    run_dir = out / "eval" / fam.name / vis / f"s{seed}" / name
+                    count: dict[str, Any] = {"done": 0, "total": 0}
+                    count["stage"] = f"eval {fam.name} {vis} s{seed} {name}"
 
-                def on_start(total: int, skipped: int, count: dict = count) -> None:
-                    count["total"], count["done"] = total, skipped
-                    if progress is not None:
-                        progress(count["stage"], skipped, total)
+                    def on_start(total: int, skipped: int, count: dict = count) -> None:
+                        count["total"], count["done"] = total, skipped
+                        if progress is not None:
+                            progress(count["stage"], skipped, total)
 
-                def on_record(_record: Any, count: dict = count) -> None:
-                    count["done"] += 1
-                    if progress is not None:
-                        progress(count["stage"], count["done"], count["total"])
+                    def on_record(_record: Any, count: dict = count) -> None:
+                        count["done"] += 1
+                        if progress is not None:
+                            progress(count["stage"], count["done"], count["total"])
 
-                result = run_plan(
-                    plan,
-                    run_dir,
-                    workers=workers,
-                    # After training in this process torch's thread pool exists: a forked worker
-                    # can deadlock on its locks, so the workers start fresh.
-                    start_method="spawn" if workers > 1 else None,
-                    resume=True,
-                    on_start=on_start,
-                    on_record=on_record,
-                )
-                if result.errors:
-                    raise RuntimeError(
-                        f"{run_dir}: {result.errors} episode(s) failed; see the error fields of "
-                        f"{run_dir / RECORDS_FILE} and run the study again to retry them"
+                    result = run_plan(
+                        plan,
+                        run_dir,
+                        workers=workers,
+                        # After training in this process torch's thread pool exists: a forked
+                        # worker can deadlock on its locks, so the workers start fresh.
+                        start_method="spawn" if workers > 1 else None,
+                        resume=True,
+                        on_start=on_start,
+                        on_record=on_record,
                     )
-                compress_records(run_dir / RECORDS_FILE, target)
+                    if result.errors:
+                        raise RuntimeError(
+                            f"{run_dir}: {result.errors} episode(s) failed; see the error fields "
+                            f"of {run_dir / RECORDS_FILE} and run the study again to retry them"
+                        )
+                    runs.append(run_dir / RECORDS_FILE)
+                compress_records(runs, target)
     return written
 
 
@@ -214,9 +297,9 @@ def compare_stage(
     *,
     figures: bool = True,
 ) -> list[Any]:
-    """``compare`` each arm against ``fixed_generous`` (and against random) per family and
-    visibility, into ``compare/``: difference surfaces with paired bootstrap intervals (and
-    their heatmaps unless ``figures`` is False)."""
+    """``compare`` each arm against ``base`` (and each other RL arm against ``fixed_generous``)
+    per family and visibility, into ``compare/``: difference surfaces with paired bootstrap
+    intervals over (task, seed) units (and their heatmaps unless ``figures`` is False)."""
     records = load_study_records(out) if records is None else records
     results = []
     for fam in spec.families:
@@ -225,8 +308,8 @@ def compare_stage(
             if not mine:
                 continue
             for arm in spec.arms:
-                for base in ("fixed_generous", RANDOM):
-                    if arm == base or (base != RANDOM and base not in spec.arms):
+                for base in (BASE, RL):
+                    if arm == base or base not in spec.arms or (base, arm) == (RL, BASE):
                         continue
                     folder = compare_dir(out, fam, vis, arm, base)
                     results += compare_arms(mine, base, arm, spec.n_boot, folder, figures=figures)
