@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
 
     report = run_study(spec, args.out, args.docs, report_only=args.report_only, progress=progress)
     for c in report.contrasts:
-        shown = "not run" if c.estimate is None else f"{c.estimate:+.3f} [{c.low:+.3f}, {c.high:+.3f}]"
+        shown = (
+            "not run" if c.estimate is None else f"{c.estimate:+.3f} [{c.low:+.3f}, {c.high:+.3f}]"
+        )
         print(f"{c.family} {c.name}: {c.verdict} {shown}")
     print(f"report: {args.docs}; tables: {Path(args.out) / 'tables'}")
     return 0

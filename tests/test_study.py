@@ -15,11 +15,13 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from budget_envs import study
+from budget_envs.study.run import same_study
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,54 +54,69 @@ def test_quick_study_runs_every_stage_and_report_only_reproduces_the_tables(tmp_
     out, docs = tmp_path / "run", tmp_path / "docs" / "study.md"
     proc = _cli("study", "--quick", "--out", str(out), "--docs", str(docs), "--quiet", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "flagged not learned" in proc.stdout
+    assert "pre-registered contrast(s) run" in proc.stdout
 
     spec = study.quick_spec()
     (fam,) = spec.families
-    # train: a shared warm start and one policy per arm, each with its PPO iteration
+    # train: one warm start (the base), and every RL arm resumed from it for its iterations
     root = out / "policies" / fam.name / "hidden" / "s0"
-    assert (root / "warm" / "policy.json").is_file()
-    for arm in spec.arms:
+    warm = json.loads((root / "warm" / "policy.json").read_text())
+    assert warm["warm_start"]["episodes"] == fam.warm_start_episodes
+    assert warm["settings"]["warm_start_explore"] == 0.0  # oracle episodes only
+    base = json.loads((root / "base" / "policy.json").read_text())
+    assert base["warm_start"] == warm["warm_start"] and not (root / "base" / "metrics.csv").exists()
+    for arm in spec.rl_arms:
         meta = json.loads((root / arm / "policy.json").read_text())
         assert meta["budget"] == study.arm_budget(arm, fam.tight, fam.generous)
         assert meta["settings"]["gamma"] == 1.0
-        assert meta["warm_start"]["episodes"] == fam.warm_start_episodes
+        assert meta["warm_start"] == warm["warm_start"]  # resumed from the same checkpoint
         rows = (root / arm / "metrics.csv").read_text().splitlines()
         assert len(rows) == 1 + fam.iterations
-    # eval: gzipped records of every agent: clean episodes, faulted episodes, probes
+    # the learning curve's checkpoint: fixed_generous after its first iteration
+    (point,) = fam.curve_iterations
+    curve = root / "curve" / study.curve_agent(study.RL, fam.steps(point))
+    assert len((curve / "metrics.csv").read_text().splitlines()) == 1 + point
+    # eval: gzipped records of every agent: clean episodes, faulted episodes (arms), probes
     (path,) = sorted((out / "records").glob("*.jsonl.gz"))
     with gzip.open(path, "rt") as fh:
         records = [json.loads(line) for line in fh]
-    agents = {f"{a}@s0" for a in spec.arms} | {"random"}
-    assert {r["agent"] for r in records} == agents
-    for agent in agents:
+    curve_agent = study.curve_agent(study.RL, fam.steps(point)) + "@s0"
+    arms = {f"{a}@s0" for a in spec.arms}
+    assert {r["agent"] for r in records} == arms | {"random", curve_agent}
+    for agent in arms | {"random", curve_agent}:
         mine = [r for r in records if r["agent"] == agent]
         clean = [r for r in mine if r["record"] == "episode" and r["fault_turn"] is None]
         faulted = [r for r in mine if r["record"] == "episode" and r["fault_turn"] is not None]
         probes = [r for r in mine if r["record"] == "probe"]
         assert len(clean) == fam.eval_tasks * fam.eval_samples
-        assert len(faulted) == len(clean) * len(fam.fault_turns)
+        expected = fam.eval_tasks * fam.fault_samples * len(fam.fault_turns)
+        assert len(faulted) == (expected if agent in arms else 0)
         assert len(probes) == fam.eval_tasks * fam.probe_states
         assert {r["budget"] for r in clean} == {max(fam.eval_budgets)}
     assert not any(r.get("error") for r in records)
+    # a fault episode and its no-fault twin share the episode seed (paired)
+    episodes = [r for r in records if r["record"] == "episode"]
+    seeds = {(r["agent"], r["task_id"], r["sample"], r["fault_turn"]): r["seed"] for r in episodes}
+    for (agent, task, sample, turn), seed in seeds.items():
+        if turn is not None:
+            assert seeds[agent, task, sample, None] == seed
     # the eval tasks come from the unseen world
-    config = json.loads((out / "eval" / fam.name / "hidden" / "s0" / "config.json").read_text())
+    config = json.loads(
+        (out / "eval" / fam.name / "hidden" / "s0" / "episodes" / "config.json").read_text()
+    )
     assert config["env_kwargs"] == fam.eval_kwargs
-    # compare: each arm against fixed generous and against random
-    for name in ("mix_uniform_vs_fixed_generous", "mix_uniform_vs_random"):
+    # compare: each arm against the base, each other RL arm against fixed_generous
+    for name in ("mix_vs_base", "fixed_generous_vs_base", "mix_vs_fixed_generous"):
         folder = out / "compare" / f"{fam.name}__hidden__{name}"
         assert (folder / "difference.csv").read_text().count("\n") > 1
         assert (folder / "compare.md").is_file()
-    # report: tables, figures, the page section with every arm's learning status
+    # report: tables, figures, the page section with the pre-registered contrasts
     tables = _snapshot(out / "tables")
-    assert set(tables) == {
-        "pass1_vs_t.csv",
-        "learning_status.csv",
-        "difference_vs_generous.csv",
-        "single_step_recovery.csv",
-        "turns_to_success.csv",
-        "study_results.md",
-    }
+    assert {"contrasts.csv", "headline.csv", "stop_reasons.csv", "pass_k_vs_t.csv"} <= set(tables)
+    assert {"learning_curve.csv", "pass1_vs_t.csv", "study_results.md"} <= set(tables)
+    assert "learning_status.csv" not in tables
+    contrasts = (out / "tables" / "contrasts.csv").read_text().splitlines()
+    assert [row.split(",")[1] for row in contrasts[1:]] == ["C1", "C2", "C3a", "C3b"]
     # every arm has a turns-to-success row at the grid's largest T (hidden: one run there)
     tts = (out / "tables" / "turns_to_success.csv").read_text().splitlines()[1:]
     top = max(fam.eval_budgets)
@@ -110,12 +127,14 @@ def test_quick_study_runs_every_stage_and_report_only_reproduces_the_tables(tmp_
     figs = sorted((docs.parent / "img" / "study").glob("*.png"))
     assert [f.name for f in figs] == [
         "diff_tooluse_hidden.png",
+        "learning_curve_tooluse.png",
         "pass1_tooluse_hidden.png",
         "step_recovery_tooluse_hidden.png",
     ]
     section = _generated(docs)
-    for arm in spec.arms:
-        assert f"| {fam.name} | hidden | {arm} |" in section
+    assert "### Pre-registered contrasts" in section and "learned" not in section
+    for name in ("C1", "C2", "C3a", "C3b"):
+        assert f"| {name} |" in section
     for f in figs:
         assert f"(img/study/{f.name})" in section
 
@@ -137,6 +156,7 @@ def _family(**extra) -> study.Family:
         env_id="BudgetMix/ToolUse-v0",
         train_kwargs={"level": 1, "world_seed": 0},
         eval_kwargs={"level": 1, "world_seed": 1},
+        optimal=3,
         tight=3,
         generous=6,
         eval_budgets=[2, 3, 6, 8],
@@ -144,6 +164,7 @@ def _family(**extra) -> study.Family:
         warm_start_episodes=1,
         eval_tasks=4,
         eval_samples=2,
+        fault_samples=2,
         **extra,
     )
 
@@ -151,7 +172,7 @@ def _family(**extra) -> study.Family:
 def _spec() -> study.StudySpec:
     fam = _family(fault_turns=[1], probe_states=1)
     return study.StudySpec(
-        families=[fam], arms=["fixed_generous", "fixed_tight"], visibilities=["hidden"], seeds=[0]
+        families=[fam], arms=["base", "fixed_generous"], visibilities=["hidden"], seeds=[0]
     )
 
 
@@ -180,15 +201,15 @@ def _episode(agent, task, sample, first_success, fault_turn=None):
 
 
 def _records():
-    """fixed_generous wins every task at turn 5; fixed_tight at turn 3 on half the tasks;
-    random never wins. Every agent gets one probe per task: correct for the arms only."""
+    """fixed_generous wins every task at turn 5; base at turn 3 on half the tasks; random never
+    wins. Every agent gets one probe per task: correct for the arms only."""
     out = []
-    for agent in ("fixed_generous@s0", "fixed_tight@s0", "random"):
+    for agent in ("fixed_generous@s0", "base@s0", "random"):
         for task in range(4):
             for sample in range(2):
                 if agent.startswith("fixed_generous"):
                     fs = 5
-                elif agent.startswith("fixed_tight"):
+                elif agent.startswith("base"):
                     fs = 3 if task % 2 == 0 else None
                 else:
                     fs = None
@@ -227,22 +248,25 @@ def test_report_stage_on_known_records(tmp_path):
 
     page = docs.read_text()
     assert page.startswith("# Study\n\nprose before\n") and page.endswith("\nprose after\n")
-    assert "old" not in page
-    by_arm = {r.arm: r for r in report.learning}
-    assert set(by_arm) == {"fixed_generous", "fixed_tight"}
-    gen, tight = by_arm["fixed_generous"], by_arm["fixed_tight"]
-    assert gen.budgets == "6" and gen.arm_pass == 1.0 and gen.random_pass == 0.0
-    assert gen.learned and gen.low == 1.0
-    assert tight.budgets == "3" and tight.arm_pass == 0.5 and tight.learned is False
-    assert tight.low == 0.0 and tight.high == 1.0
-    assert "| tooluse | hidden | fixed_tight | 3 | 0.500 | 0.000 |" in page
-    assert "**not learned**" in page
+    assert "\nold\n" not in page and "learned" not in page
+    # C1: RL - base is +0.5 at the generous T=6 and -0.5 at the tight T=3, on every task pair:
+    # +1.0 with a degenerate interval, supported; C3 needs the mix arm, which did not run
+    rows = {r.name: r for r in report.contrasts}
+    assert rows["C1"].verdict == "supported" and rows["C1"].estimate == pytest.approx(1.0)
+    assert rows["C1"].low == pytest.approx(1.0) and rows["C1"].high == pytest.approx(1.0)
+    assert rows["C3a"].verdict == rows["C3b"].verdict == "not run"
+    contrasts = (out / "tables" / "contrasts.csv").read_text()
+    assert "tooluse,C1,supported,1.000000,1.000000,1.000000" in contrasts
+    # the headline: fixed_generous - base at the generous T (6) and the grid's largest T (8)
+    headline = (out / "tables" / "headline.csv").read_text()
+    assert "tooluse,headline,fixed_generous,base,pass1,generous,6,0.500000" in headline
+    assert "tooluse,headline,fixed_generous,base,pass1,top,8,0.500000" in headline
     # Pass@1 against T: fixed_generous wins from T=5, so 0 at T=3 and 1 at T=6
     assert "| fixed_generous | 0.000 [0.000, 0.000] | 0.000 [0.000, 0.000] | 1.000" in page
-    # the difference against fixed generous: +0.5 at T=3 (tight wins there), -0.5 at T=6
+    # the difference against fixed generous: +0.5 at T=3 (base wins there), -0.5 at T=6
     diff = (out / "tables" / "difference_vs_generous.csv").read_text().splitlines()
-    assert "tooluse,hidden,fixed_tight,3,0.500000" in "\n".join(diff)
-    assert "tooluse,hidden,fixed_tight,6,-0.500000" in "\n".join(diff)
+    assert "tooluse,hidden,base,3,0.500000" in "\n".join(diff)
+    assert "tooluse,hidden,base,6,-0.500000" in "\n".join(diff)
     # single step against recovery: probes 1.0 for the arms, 0.0 for random; faults never win
     rec = (out / "tables" / "single_step_recovery.csv").read_text()
     assert "tooluse,hidden,fixed_generous,1.000000,4,,1.000000,0.000000,t=1: 0.000" in rec
@@ -259,26 +283,54 @@ def test_report_stage_on_known_records(tmp_path):
 
 def test_spec_checks_and_round_trips(tmp_path):
     spec = study.full_spec()
-    assert len(spec.families) >= 3 and spec.arms == list(study.ARMS)
-    assert spec.visibilities == ["hidden", "remaining"] and len(spec.seeds) >= 3
+    assert len(spec.families) >= 2
+    assert spec.arms == ["base", "fixed_generous", "fixed_tight", "mix", "process"]
+    assert spec.rl_arms == spec.arms[1:] and study.BASE == "base" and study.RL == "fixed_generous"
+    assert spec.visibilities == ["hidden", "remaining"] and len(spec.seeds) >= 5
+    assert spec.seeds_for("remaining") == spec.visible_seeds and len(spec.visible_seeds) >= 2
+    for fam in spec.families:
+        # the design's sizes: 50 unseen tasks x 8 samples, >= 50k PPO steps per RL arm, at
+        # least 10x the warm start's gradient updates (its states are about optimal x episodes)
+        assert fam.eval_tasks >= 50 and fam.eval_samples >= 8 and fam.steps() >= 50_000
+        updates = fam.iterations * fam.batch_size // fam.minibatch_size * fam.num_epochs
+        warm = -(-(fam.warm_start_episodes * fam.optimal) // 64) * fam.warm_start_epochs
+        assert updates >= 10 * warm, fam.name
+        grid = sorted(fam.eval_budgets)
+        assert grid[0] <= fam.optimal and fam.tight in grid and fam.generous in grid
     assert study.StudySpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
     assert study.arm_budget("mix_log", 5, 12) == "log:5..12"
-    with pytest.raises(ValueError, match="below tight"):
-        study.Family(
-            name="x",
-            env_id="BudgetMix/ToolUse-v0",
-            train_kwargs={},
-            eval_kwargs={},
-            tight=5,
-            generous=12,
-            eval_budgets=[5, 14],
-            max_actions=8,
-            warm_start_episodes=1,
-        )
-    with pytest.raises(ValueError, match="arms must be among"):
+    assert study.arm_budget("mix", 5, 12) == "5..12" and study.arm_budget("process", 5, 12) == 12
+    fields = dict(
+        name="x",
+        env_id="BudgetMix/ToolUse-v0",
+        train_kwargs={},
+        eval_kwargs={},
+        optimal=4,
+        tight=5,
+        generous=12,
+        max_actions=8,
+        warm_start_episodes=1,
+    )
+    with pytest.raises(ValueError, match="must reach tight"):
+        study.Family(eval_budgets=[6, 14], **fields)
+    with pytest.raises(ValueError, match="must hold tight and generous"):
+        study.Family(eval_budgets=[4, 6, 14], **fields)
+    with pytest.raises(ValueError, match="curve_iterations"):
+        study.Family(eval_budgets=[5, 12, 14], curve_iterations=[50], **fields)
+    with pytest.raises(ValueError, match="arms must be distinct names"):
         study.StudySpec(families=spec.families, arms=["fixed_huge"])
+    with pytest.raises(ValueError, match="curve must be"):
+        study.StudySpec(families=spec.families, curve=["alfworld", 9])
     with pytest.raises(FileNotFoundError, match="no study records"):
         study.load_study_records(tmp_path)
+
+
+def test_a_study_folder_accepts_its_spec_with_a_family_added():
+    spec = study.full_spec()
+    fewer = replace(spec, families=spec.families[:1], curve=None)
+    assert same_study(fewer, replace(spec, curve=None))
+    assert not same_study(replace(fewer, n_boot=10), replace(spec, curve=None))
+    assert not same_study(spec, fewer)
 
 
 def test_the_study_page_has_one_generated_section():
@@ -305,7 +357,7 @@ def test_visibility_and_seed_filters_refuse_what_the_spec_lacks(tmp_path, filter
 def test_demo_spec_and_references_round_trip():
     spec = study.demo_spec()
     (fam,) = spec.families
-    assert spec.arms == ["fixed_generous", "mix_uniform"] and spec.visibilities == ["hidden"]
+    assert spec.arms == ["base", "fixed_generous", "mix"] and spec.visibilities == ["hidden"]
     assert fam.train_kwargs["world_seed"] != fam.eval_kwargs["world_seed"]  # unseen tasks
     assert set(spec.references) == {"oracle", "oracle-eps0.3"}
     assert study.StudySpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
@@ -322,22 +374,22 @@ def test_demo_spec_and_references_round_trip():
 
 
 def _pair_records():
-    """fixed_generous wins every task at turn 5; mix_uniform wins the even tasks at turn 3 and
-    loses the odd ones; the two play the same actions on task 1 only."""
+    """base wins the even tasks at turn 3 and loses the odd ones; fixed_generous wins every task
+    at turn 5; mix wins tasks 0 and 1 at turn 2; base and fixed_generous play the same actions on
+    task 1 only."""
     out = []
-    for agent in ("fixed_generous@s0", "mix_uniform@s0", "random", "oracle"):
+    for agent in ("base@s0", "fixed_generous@s0", "mix@s0", "random", "oracle"):
         for task in range(4):
             for sample in range(2):
-                if agent.startswith("fixed_generous"):
-                    fs = 5
-                elif agent.startswith("mix_uniform"):
-                    fs = 3 if task % 2 == 0 else None
-                elif agent == "oracle":
-                    fs = 2
-                else:
-                    fs = None
+                arm = agent.split("@")[0]
+                fs = {
+                    "base": 3 if task % 2 == 0 else None,
+                    "fixed_generous": 5,
+                    "mix": 2 if task < 2 else None,
+                    "oracle": 2,
+                }.get(arm)
                 r = _episode(agent, task, sample, fs)
-                same = task == 1 and agent.split("@")[0] in ("fixed_generous", "mix_uniform")
+                same = task == 1 and arm in ("base", "fixed_generous")
                 r["actions"] = ["look"] if same else [agent] * r["turns"]
                 out.append(r)
     return out
@@ -347,7 +399,7 @@ def test_pair_summary_reads_the_comparison(tmp_path):
     fam = _family()
     spec = study.StudySpec(
         families=[fam],
-        arms=["fixed_generous", "mix_uniform"],
+        arms=["base", "fixed_generous", "mix"],
         visibilities=["hidden"],
         seeds=[0],
         n_boot=200,
@@ -362,21 +414,23 @@ def test_pair_summary_reads_the_comparison(tmp_path):
     study.compare_stage(spec, out, figures=False)
 
     pair = study.pair_summary(spec, out)
-    assert (pair.arm_a, pair.arm_b) == ("fixed_generous", "mix_uniform")
-    assert pair.agents == ["fixed_generous", "mix_uniform", "random", "oracle"]
+    assert (pair.base, pair.arms) == ("base", ["fixed_generous", "mix"])
+    assert pair.agents == ["base", "fixed_generous", "mix", "random", "oracle"]
     assert pair.ks == [1, 2] and pair.ts == [2, 3, 6, 8] and pair.units == 4
+    assert pair.pass_at["base"][1] == [0.0, 0.5, 0.5, 0.5]
     assert pair.pass_at["fixed_generous"][1] == [0.0, 0.0, 1.0, 1.0]
-    assert pair.pass_at["mix_uniform"][1] == [0.0, 0.5, 0.5, 0.5]
+    assert pair.pass_at["mix"][1] == [0.5, 0.5, 0.5, 0.5]
     assert pair.pass_at["oracle"][2] == [1.0, 1.0, 1.0, 1.0]
-    # B - A from compare's difference.csv: +0.5 at T=3, -0.5 from T=6 on, 0 at T=2
-    assert [d for d, _, _ in pair.diff[1]] == [0.0, 0.5, -0.5, -0.5]
-    low, high = pair.diff[1][2][1:]
-    assert low <= -0.5 <= high and low < high
-    assert pair.same_play == (2, 8)  # task 1, both samples
+    # arm - base from compare's difference.csv, per T
+    assert [d for d, _, _ in pair.diff["fixed_generous"][1]] == [0.0, -0.5, 0.5, 0.5]
+    assert [d for d, _, _ in pair.diff["mix"][1]] == [0.5, 0.0, 0.0, 0.0]
+    low, high = pair.diff["fixed_generous"][1][2][1:]
+    assert low <= 0.5 <= high and low < high
+    assert pair.same_play == {"fixed_generous": (2, 8), "mix": (0, 8)}  # task 1, both samples
     assert pair.figures == [] and pair.training == {}
-    assert pair.compare_dir == out / "compare" / "tooluse__hidden__mix_uniform_vs_fixed_generous"
-    with pytest.raises(ValueError, match="need two arms"):
-        study.pair_summary(spec, out, arm_b="fixed_generous")
+    assert pair.compare_dirs["mix"] == out / "compare" / "tooluse__hidden__mix_vs_base"
+    with pytest.raises(ValueError, match="need 'nope' and another arm"):
+        study.pair_summary(spec, out, base="nope")
 
 
 _DEMO = """
@@ -411,14 +465,17 @@ def _table(text: str, title: str) -> list[list[str]]:
     return rows
 
 
-def test_demo_trains_the_pair_and_prints_its_difference(tmp_path):
-    pytest.importorskip("ray.rllib", reason='the trained pair uses RLlib: "budget-envs[rllib]"')
+def test_demo_trains_the_arms_and_prints_their_differences_from_the_base(tmp_path):
+    pytest.importorskip("ray.rllib", reason='the trained arms use RLlib: "budget-envs[rllib]"')
     pytest.importorskip("matplotlib", reason='the demo draws figures: "budget-envs[plots]"')
     sizes = {
         "warm_start_episodes": 20,
         "warm_start_epochs": 1,
-        "iterations": 1,
+        "iterations": 2,
         "batch_size": 32,
+        "minibatch_size": 32,
+        "num_epochs": 1,
+        "curve_iterations": [1],
         "eval_tasks": 3,
         "eval_samples": 2,
         "probe_states": 1,
@@ -430,45 +487,53 @@ def test_demo_trains_the_pair_and_prints_its_difference(tmp_path):
     text = proc.stdout
     spec = study.demo_spec(**sizes)
     (fam,) = spec.families
-    assert "## Trained pair on BudgetMix/ToolUse-v0: mix_uniform (training T 3..12)" in text
+    assert (
+        "## Trained arms on BudgetMix/ToolUse-v0: base against fixed_generous (T 12), mix (T 3..12)"
+        in text
+    )
     assert "One oracle episode on" in text  # the reference part ran first
-    agents = ["fixed_generous", "mix_uniform", "random", "oracle", "oracle-eps0.3"]
-    diff_csv = out / "trained" / "compare" / "tooluse__hidden__mix_uniform_vs_fixed_generous"
-    with open(diff_csv / "difference.csv", newline="") as fh:
-        written = {(int(r["K"]), int(r["T"])): r for r in csv.DictReader(fh)}
+    agents = ["base", "fixed_generous", "mix", "random", "oracle", "oracle-eps0.3"]
+    written = {}
+    for arm in ("fixed_generous", "mix"):
+        folder = out / "trained" / "compare" / f"tooluse__hidden__{arm}_vs_base"
+        with open(folder / "difference.csv", newline="") as fh:
+            written[arm] = {(int(r["K"]), int(r["T"])): r for r in csv.DictReader(fh)}
     for k in (1, fam.eval_samples):
         rows = _table(text, f"Pass@({k},T) on {fam.eval_tasks} unseen tasks")
-        assert rows[0] == ["T", *agents, "B - A"]
+        assert rows[0] == ["T", *agents, "fixed_generous - base", "mix - base"]
         body = rows[2:]
         assert [int(r[0]) for r in body] == sorted(fam.eval_budgets)
         for r in body:
-            t, cells = int(r[0]), dict(zip(agents, map(float, r[1:6])))
+            t, cells = int(r[0]), dict(zip(agents, map(float, r[1:7])))
             assert all(0.0 <= v <= 1.0 for v in cells.values())
-            # the printed difference is compare's, and it is B - A of the printed columns
-            d, interval = r[6].split(" ", 1)
-            assert float(d) == pytest.approx(float(written[k, t]["diff"]), abs=5e-4)
-            assert float(d) == pytest.approx(
-                cells["mix_uniform"] - cells["fixed_generous"], abs=2e-3
-            )
-            lo, hi = (float(x) for x in interval.strip("[]").split(","))
-            assert lo <= float(d) <= hi
-        assert float(body[-1][4]) == 1.0  # the oracle wins every level-1 task within T=14
-    assert "paired episodes" in text
-    same = text.split("played the same actions in ")[1].split(" paired")[0]
-    assert same.split(" of ")[1] == str(fam.eval_tasks * fam.eval_samples)
+            for arm, printed in zip(("fixed_generous", "mix"), r[7:9]):
+                # the printed difference is compare's, and it is arm - base of the columns
+                d, interval = printed.split(" ", 1)
+                assert float(d) == pytest.approx(float(written[arm][k, t]["diff"]), abs=5e-4)
+                assert float(d) == pytest.approx(cells[arm] - cells["base"], abs=2e-3)
+                lo, hi = (float(x) for x in interval.strip("[]").split(","))
+                assert lo <= float(d) <= hi
+        assert float(body[-1][5]) == 1.0  # the oracle wins every level-1 task within T=14
+    pairs = fam.eval_tasks * fam.eval_samples
+    assert "fixed_generous " in text.split("played the same actions as base: ")[1]
+    line = text.split("played the same actions as base: ")[1].splitlines()[0]
+    assert line.endswith(".") and line.count(f" of {pairs}") == 2
 
-    # the policies the pair trained, its records, comparison and figures
+    # the policies the arms trained (the base is the warm start), records, comparisons, figures
     root = out / "trained" / "policies" / "tooluse" / "hidden" / "s0"
     for arm in spec.arms:
         meta = json.loads((root / arm / "policy.json").read_text())
         assert meta["budget"] == study.arm_budget(arm, fam.tight, fam.generous)
         assert meta["warm_start"]["episodes"] == fam.warm_start_episodes
+    for arm in spec.rl_arms:
         assert len((root / arm / "metrics.csv").read_text().splitlines()) == 1 + fam.iterations
     (records,) = (out / "trained" / "records").glob("*.jsonl.gz")
     with gzip.open(records, "rt") as fh:
         seen = {json.loads(line)["agent"] for line in fh}
-    assert seen == {"fixed_generous@s0", "mix_uniform@s0", "random", "oracle", "oracle-eps0.3"}
-    heatmap = diff_csv / "ToolUse_v0_difference.png"
+    assert seen == {"base@s0", "fixed_generous@s0", "mix@s0", "random", "oracle", "oracle-eps0.3"}
+    heatmap = (
+        out / "trained" / "compare" / "tooluse__hidden__mix_vs_base" / "ToolUse_v0_difference.png"
+    )
     pass1 = out / "trained" / "img" / "study" / "pass1_tooluse_hidden.png"
     assert heatmap.is_file() and pass1.is_file()
     assert str(heatmap) in text and str(pass1) in text

@@ -92,10 +92,11 @@ class Family:
     warm_start_epochs: int = 4
     iterations: int = 50
     batch_size: int = 1024
-    minibatch_size: int = 256
+    minibatch_size: int = 128
     num_epochs: int = 4
     curve_iterations: list[int] = field(default_factory=lambda: [10, 30])
     process_reward: float = 0.1
+    lr: float | None = None
     eval_tasks: int = 50
     eval_samples: int = 8
     fault_samples: int = 2
@@ -236,8 +237,10 @@ def _tooluse(**sizes: Any) -> Family:
 
 
 def full_spec() -> StudySpec:
-    """The full study: ALFWorld small scenes, WebShop level 2 and TextWorld coin collector,
-    five arms, five seeds with the budget hidden and two with it visible."""
+    """The full study: ALFWorld small scenes and WebShop level 2 (where episodes end by budget
+    and errors are recoverable) and ToolUse level 1 (where they are not: reported, and left out
+    of the claims when its budget never binds); five arms, five seeds with the budget hidden and
+    two with it visible; the learning curve on ALFWorld, seed 0."""
     return StudySpec(
         families=[
             Family(
@@ -255,7 +258,9 @@ def full_spec() -> StudySpec:
                 generous=15,
                 eval_budgets=[5, 6, 8, 10, 15, 20],
                 max_actions=128,
-                warm_start_episodes=40,
+                warm_start_episodes=100,
+                warm_start_epochs=8,
+                lr=1e-4,
             ),
             Family(
                 name="webshop",
@@ -267,7 +272,16 @@ def full_spec() -> StudySpec:
                 generous=15,
                 eval_budgets=[5, 6, 8, 10, 15, 20],
                 max_actions=256,
-                warm_start_episodes=40,
+                warm_start_episodes=200,
+                warm_start_epochs=9,
+            ),
+            _tooluse(
+                optimal=4,
+                tight=5,
+                generous=12,
+                eval_budgets=[4, 5, 6, 8, 12, 16],
+                warm_start_episodes=60,
+                warm_start_epochs=10,
             ),
         ],
         visible_seeds=[0, 1],

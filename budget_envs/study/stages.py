@@ -163,7 +163,7 @@ def train_stage(
                         budget=arm_budget(arm, fam.tight, fam.generous),
                         out_dir=target,
                         iterations=stop,
-                        lr=spec.lr,
+                        lr=spec.lr if fam.lr is None else fam.lr,
                         entropy_coeff=spec.entropy_coeff,
                         process_reward=fam.process_reward if arm == "process" else None,
                         checkpoint_every=5,
