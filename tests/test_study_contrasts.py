@@ -339,7 +339,9 @@ def test_stop_mix_and_budget_binding():
     assert mix[("fixed_generous", 6)].shares == {"won": 0.75, "lost": 0.0, "budget": 0.25}
     assert mix[("base", 3)].episodes == 3 * 12 * 4
     (b,) = analysis.bindings
-    assert b.shares == {"base": 0.0, "fixed_generous": 0.25} and b.binds and b.t == 6
+    # binding is judged at the tight T (3), where the share of budget endings is largest
+    rl_at_tight = mix[("fixed_generous", 3)].shares["budget"]
+    assert b.shares == {"base": 0.5, "fixed_generous": rl_at_tight} and b.binds and b.t == 3
 
 
 def test_pass_at_k_is_the_unbiased_estimator_over_each_units_samples():
@@ -425,9 +427,7 @@ def test_report_sentences_and_the_same_bytes_twice(tmp_path):
     assert sentence in page
     # C2: RL keeps every won episode after a fault, base half; single steps are equal
     assert res[("toy", "C2")].estimate == pytest.approx(0.5)
-    assert (
-        "toy: the budget binds" not in page and "Budget binding, toy: at the generous T=6" in page
-    )
+    assert "toy: the budget binds" not in page and "Budget binding, toy: at the tight T=3" in page
     assert "calm: not a claim (the budget does not bind in calm)" in page
     assert not res[("calm", "C1")].claimed and res[("calm", "C3a")].verdict == "not run"
     assert "Headline, toy: fixed_generous - base, Pass@1 (budget hidden)" in page

@@ -28,8 +28,9 @@ from budget_envs.study.spec import BASE, RANDOM, RL, Family, StudySpec, curve_ag
 ALPHA = 0.05
 CONFIDENCE = 0.95
 #: The budget binds in a family when at least this share of the base's or RL's no-fault
-#: episodes end by budget at the generous T; a family where it never binds is reported but left
-#: out of the claims (the contrasts ask what squeezing T does, which needs a T that bites).
+#: episodes end by budget at the tight T (the smallest T the contrasts ask about, where the
+#: share is largest); a family where it never binds is reported but left out of the claims
+#: (the contrasts ask what squeezing T does, which needs a T that bites).
 BINDS_AT = 0.10
 #: The design wants the base at least this far above random at the generous T (Pass@1).
 BASE_MARGIN = 0.10
@@ -345,7 +346,7 @@ VERDICTS = ("supported", "contradicted", "inconclusive", "not run")
 @dataclass(frozen=True)
 class Binding:
     """Whether the budget binds in a family: the share of no-fault episodes of the base and of
-    RL that end by budget at the generous T (None: no records). ``binds`` is None when
+    RL that end by budget at the tight T (None: no records). ``binds`` is None when
     neither has records."""
 
     family: str
@@ -510,17 +511,17 @@ def stop_mix(spec: StudySpec, records: Sequence[Mapping[str, Any]]) -> list[Stop
 
 
 def budget_binding(spec: StudySpec, records: Sequence[Mapping[str, Any]]) -> list[Binding]:
-    """Per family: does the budget bind at the generous T (:data:`BINDS_AT`)?"""
+    """Per family: does the budget bind at the tight T (:data:`BINDS_AT`)?"""
     out = []
     for fam in spec.families:
         shares: dict[str, float | None] = {}
         for agent in dict.fromkeys([BASE, RL]):
             eps = _clean(records, fam.name, agent)
-            stops = [derived_stop(r, fam.generous) for r in eps]
+            stops = [derived_stop(r, fam.tight) for r in eps]
             shares[agent] = stops.count("budget") / len(stops) if stops else None
         known = [s for s in shares.values() if s is not None]
         binds = any(s >= BINDS_AT for s in known) if known else None
-        out.append(Binding(fam.name, fam.generous, shares, binds))
+        out.append(Binding(fam.name, fam.tight, shares, binds))
     return out
 
 

@@ -96,6 +96,7 @@ class Family:
     num_epochs: int = 4
     curve_iterations: list[int] = field(default_factory=lambda: [10, 30])
     process_reward: float = 0.1
+    process_max_cost: int | None = None
     lr: float | None = None
     eval_tasks: int = 50
     eval_samples: int = 8

@@ -166,6 +166,7 @@ def train_stage(
                         lr=spec.lr if fam.lr is None else fam.lr,
                         entropy_coeff=spec.entropy_coeff,
                         process_reward=fam.process_reward if arm == "process" else None,
+                        process_max_cost=fam.process_max_cost or fam.generous,
                         checkpoint_every=5,
                         resume=True,
                         **common,

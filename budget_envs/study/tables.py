@@ -272,7 +272,7 @@ def binding_sentence(b: Binding) -> str:
             f"{' or '.join(b.shares)}): its contrasts are left out of the claims."
         )
     head = (
-        f"Budget binding, {b.family}: at the generous T={b.t}, the no-fault episodes that end by "
+        f"Budget binding, {b.family}: at the tight T={b.t}, the no-fault episodes that end by "
         f"budget: {shares} (threshold {_pct(BINDS_AT)}): "
     )
     if b.binds:
@@ -359,7 +359,7 @@ def contrast_table(analysis: Analysis) -> Table:
             f"p-value. Supported: Holm rejects at family-wise {ALPHA} and the interval lies "
             "above 0; contradicted: below 0; otherwise inconclusive. A family where the budget "
             f"never binds (fewer than {_pct(BINDS_AT)} of the base's and RL's no-fault episodes "
-            "end by budget at the generous T) is reported but not claimed.",
+            "end by budget at the tight T) is reported but not claimed.",
             "",
             *md,
         ],
