@@ -389,6 +389,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     st.add_argument("--workers", type=int, default=2, help="processes / Ray CPUs (default 2)")
     st.add_argument(
+        "--trainer",
+        choices=("rllib", "trl"),
+        default="rllib",
+        help="rllib (default): the action-scoring PPO policy; trl: an LLM policy trained with GRPO",
+    )
+    st.add_argument(
+        "--model",
+        default="tiny",
+        metavar="NAME",
+        help="(trl only) tiny (default: the offline tiny model, warm-started on oracle episodes) "
+        "or a Hugging Face model name or path (used as it is for base; GRPO from it)",
+    )
+    st.add_argument(
         "--family",
         action="append",
         default=None,

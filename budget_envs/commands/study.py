@@ -4,13 +4,34 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from budget_envs.commands.common import StageBars, missing_modules, pip_extra
 from budget_envs.errors import UsageError
 
+if TYPE_CHECKING:
+    from budget_envs.study import StudySpec
+
 __all__ = ["cmd_study"]
+
+
+def _pick_spec(args: argparse.Namespace) -> StudySpec:
+    """The spec of ``--quick``, ``--trainer`` and ``--model`` (which needs ``--trainer trl``).
+
+    With TRL the full study has no learning curve (its stage writes no curve checkpoints).
+    """
+    from budget_envs import study
+
+    if args.trainer != "trl":
+        if args.model != "tiny":
+            raise UsageError(f"--model {args.model} needs --trainer trl")
+        return study.quick_spec() if args.quick else study.full_spec()
+    from budget_envs.study.trl_stage import trl_quick_spec
+
+    spec = trl_quick_spec() if args.quick else study.full_spec()
+    return replace(spec, trainer="trl", model=args.model, curve=None)
 
 
 def cmd_study(args: argparse.Namespace, out: TextIO) -> int:
@@ -21,8 +42,11 @@ def cmd_study(args: argparse.Namespace, out: TextIO) -> int:
     if args.report_only and saved.exists():
         spec = study.StudySpec.from_json(json.loads(saved.read_text(encoding="utf-8")))
     else:
-        spec = study.quick_spec() if args.quick else study.full_spec()
-    if not args.report_only and missing_modules("ray", "torch"):
+        spec = _pick_spec(args)
+    if not args.report_only and spec.trainer == "trl":
+        if missing_modules("torch", "transformers", "trl"):
+            raise UsageError(f"the study trains with TRL (--trainer trl): {pip_extra('trl')}")
+    elif not args.report_only and missing_modules("ray", "torch"):
         raise UsageError(f"the study trains with RLlib: {pip_extra('rllib')}")
     bars = StageBars(enabled=not args.quiet)
     try:

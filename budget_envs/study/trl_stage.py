@@ -1,0 +1,290 @@
+"""The study's train stage with TRL (``budgetmix study --trainer trl``): the same arms, jobs and
+folders as the RLlib stage (:func:`~budget_envs.study.stages.train_stage`), each policy an LLM
+policy folder that the eval stage plays as ``policy:<folder>``.
+
+Per (family, visibility, seed) the warm start (``warm/``) is
+:func:`budget_envs.integrations.trl.train` with no GRPO step at the generous T; ``base`` is that
+folder as it is, and every RL arm runs ``Family.iterations`` GRPO steps from it under its
+budget. :func:`trl_quick_spec` is the CPU-sized pipeline check of ``--quick --trainer trl``.
+
+Nothing heavy is imported until a function runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from budget_envs.study.folder import policy_root, records_path, warm_root
+from budget_envs.study.spec import BASE, Family, StudySpec, arm_budget, quick_spec
+
+if TYPE_CHECKING:
+    from budget_envs.study.stages import Progress
+
+__all__ = ["TRAIN_FILE", "train_stage_trl", "trl_quick_spec", "trl_train_options"]
+
+logger = logging.getLogger(__name__)
+
+#: The file in each TRL policy folder of a study that says how it was trained (arm, budget,
+#: model, GRPO steps, seed) and what the training logged (reward per step, stop reasons).
+TRAIN_FILE = "study_train.json"
+#: Examples per step of the tiny model's warm start
+#: (:func:`budget_envs.integrations.tiny_model.warm_start`).
+WARM_START_BATCH = 8
+#: GRPO learning rates: the tiny model's (``train``'s default) and a Hub model's (GRPOConfig's
+#: own default; ``StudySpec.lr`` is PPO's and is not used).
+TINY_LR = 1e-3
+HUB_LR = 1e-6
+#: Token limits of a rollout: one reply (a ToolUse tool call is up to about 60 tokens), and the
+#: whole episode per turn of the family's generous T (so the budget, not the token limit, ends
+#: an episode that keeps going).
+MAX_TURN_TOKENS = 96
+TOKENS_PER_TURN = 320
+
+
+def trl_train_options(spec: StudySpec, fam: Family, vis: str, seed: int) -> dict[str, Any]:
+    """The :func:`~budget_envs.integrations.trl.train` options every policy of (family,
+    visibility, seed) shares.
+
+    From the :class:`Family`: the training env, the tiny model's warm start
+    (``warm_start_episodes`` oracle episodes, ``warm_start_epochs`` passes over them in steps of
+    :data:`WARM_START_BATCH`) and the token limit of an episode (:data:`TOKENS_PER_TURN` per
+    turn of ``generous``). The PPO sizes (``batch_size``, ``minibatch_size``, ``num_epochs``) do
+    not apply: a GRPO step is ``train``'s default of 8 episodes (4 per prompt). A Hub model
+    gets GRPOConfig's learning rate and ``enable_thinking=False`` in its chat template
+    (ignored by templates without it), so a reply is one action.
+    """
+    tiny = spec.model == "tiny"
+    steps = math.ceil(fam.warm_start_epochs * fam.warm_start_episodes / WARM_START_BATCH)
+    return dict(
+        visibility=vis,
+        env_kwargs=dict(fam.train_kwargs),
+        seed=seed,
+        warm_start_episodes=fam.warm_start_episodes,
+        warm_start_steps=steps if tiny else 0,
+        learning_rate=TINY_LR if tiny else HUB_LR,
+        max_turn_tokens=MAX_TURN_TOKENS,
+        max_completion_length=TOKENS_PER_TURN * fam.generous,
+        chat_template_kwargs=None if tiny else {"enable_thinking": False},
+    )
+
+
+def _done(folder: Path) -> bool:
+    """Whether ``folder`` holds a finished TRL policy of the study (written whole, renamed)."""
+    return (folder / TRAIN_FILE).is_file()
+
+
+def _check_same(folder: Path, summary: dict[str, Any]) -> None:
+    """Refuse a finished ``folder`` that was trained otherwise than ``summary`` says (another
+    model, budget or number of GRPO steps): the spec changed under a study folder."""
+    saved = json.loads((folder / TRAIN_FILE).read_text(encoding="utf-8"))
+    changed = [f"{k} {saved.get(k)!r}, now {v!r}" for k, v in summary.items() if saved.get(k) != v]
+    if changed:
+        raise ValueError(
+            f"{folder} was trained with other settings ({'; '.join(changed)}): delete it or "
+            "give the study another --out"
+        )
+
+
+def _clear(target: Path) -> None:
+    """Remove an unfinished ``target``; refuse to delete another trainer's policy."""
+    if (target / "policy.json").is_file():
+        raise ValueError(
+            f"{target} holds an RLlib policy: a study folder is trained by one trainer; "
+            "give --trainer trl another --out"
+        )
+    if target.exists():
+        shutil.rmtree(target)
+
+
+def _train_into(target: Path, summary: dict[str, Any], **options: Any) -> None:
+    """Run ``train`` into ``target`` whole or not at all: it writes into ``<target>.tmp``,
+    which is renamed once it holds the policy and :data:`TRAIN_FILE`."""
+    from budget_envs.integrations.trl import train
+
+    _clear(target)
+    tmp = target.with_name(target.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)  # a run killed half-way
+    metrics = train(out_dir=tmp, **options)
+    # train() keeps its starting model in warm_start/ and GRPO's output_dir in trainer/: here
+    # the starting model is the warm/ folder, and the trainer saves nothing.
+    for extra in ("warm_start", "trainer"):
+        shutil.rmtree(tmp / extra, ignore_errors=True)
+    record = {
+        **summary,
+        "wall_time": metrics["wall_time"],
+        "warm_start_loss": metrics["warm_start_loss"],
+        "reward": metrics["reward"],
+        # the share of prompts whose episodes all earned the same reward, per GRPO step: such a
+        # group has no advantage, so a step with 1.0 here leaves the weights as they were
+        "frac_reward_zero_std": [
+            h["frac_reward_zero_std"] for h in metrics["log_history"] if "frac_reward_zero_std" in h
+        ],
+        "stop_reasons": metrics["stop_reasons"],
+    }
+    (tmp / TRAIN_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(target)
+
+
+def _link_copy(src: Path, dst: Path) -> None:
+    """Copy a policy folder whole (through a temporary name), its files hard-linked where the
+    file system allows (a Hub model's weights are not stored twice)."""
+
+    def link(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    _clear(dst)
+    tmp = dst.with_name(dst.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    shutil.copytree(src, tmp, copy_function=link)
+    summary = json.loads((tmp / TRAIN_FILE).read_text(encoding="utf-8"))
+    (tmp / TRAIN_FILE).unlink()  # its own file, not a link to warm/'s
+    (tmp / TRAIN_FILE).write_text(
+        json.dumps({**summary, "arm": BASE}, indent=2) + "\n", encoding="utf-8"
+    )
+    tmp.replace(dst)
+
+
+def train_stage_trl(spec: StudySpec, out: Path, *, progress: Progress | None = None) -> list[Path]:
+    """Train every (family, visibility, seed, arm) TRL policy that is not finished yet.
+
+    The jobs and folders are the RLlib stage's: (family, visibility, seed) whose records exist
+    are skipped, and each policy folder is written whole (through ``<folder>.tmp``), so a killed
+    study redoes the folder it was writing and nothing else. Every folder holds a Hugging Face
+    model, ``budgetmix_policy.json`` (how the eval agent plays it) and :data:`TRAIN_FILE`.
+
+    * ``warm/``: with ``spec.model == "tiny"`` the offline tiny model, warm-started on the
+      family's oracle episodes at the generous T (:func:`trl_train_options`); with a Hub model
+      name or path, that model as it is (no warm start, so ``base`` measures the model itself).
+    * ``base``: ``warm/`` as it is (files hard-linked).
+    * every RL arm: ``Family.iterations`` GRPO steps from ``warm/`` under the arm's budget
+      (:func:`~budget_envs.study.spec.arm_budget`), ``process`` with the ProcessReward signal
+      at ``Family.process_reward`` (its ``max_cost`` is the wrapper's default: ``train`` has no
+      option for ``Family.process_max_cost``). All arms of a seed share that seed (task and budget draws,
+      sampling), so a rerun gives the same policies on the same hardware.
+
+    Not done with TRL: the learning curve (no ``curve/`` checkpoints; a spec with ``curve`` set
+    is refused, since the eval stage would look for them) and resuming an arm half-way (a
+    killed GRPO run starts over).
+    """
+    if spec.curve is not None:
+        raise ValueError(
+            f"the TRL train stage writes no learning-curve checkpoints: give the spec "
+            f"curve=None (got curve={spec.curve!r})"
+        )
+    jobs = [
+        (fam, vis, seed)
+        for fam in spec.families
+        for vis in spec.visibilities
+        for seed in spec.seeds_for(vis)
+        if not records_path(out, fam, vis, seed).exists()
+    ]
+    total = len(jobs) * len(spec.arms)
+    done = 0
+    policies = []
+    for fam, vis, seed in jobs:
+        root = policy_root(out, fam, vis, seed)
+        warm = warm_root(out, fam, vis, seed)
+        options = trl_train_options(spec, fam, vis, seed)
+        about = {"model": spec.model, "family": fam.name, "visibility": vis, "seed": seed}
+        # what each folder's TRAIN_FILE says about how it was trained
+        summaries = {
+            arm: {
+                "arm": arm,
+                "budget": fam.generous
+                if arm == "warm"
+                else arm_budget(arm, fam.tight, fam.generous),
+                "iterations": 0 if arm in ("warm", BASE) else fam.iterations,
+                **about,
+            }
+            for arm in ["warm", *spec.arms]
+        }
+        if not all(_done(root / arm) for arm in spec.arms) and not _done(warm):
+            logger.info("warm start of %s %s s%d (%s)", fam.name, vis, seed, spec.model)
+            _train_into(
+                warm,
+                summaries["warm"],
+                env_id=fam.env_id,
+                budget=fam.generous,
+                iterations=0,
+                model=spec.model,
+                **options,
+            )
+        for arm in spec.arms:
+            target = root / arm
+            policies.append(target)
+            if progress is not None:
+                progress("train", done, total)
+            if _done(target):
+                _check_same(target, summaries[arm])
+            elif arm == BASE:
+                _check_same(warm, summaries["warm"])
+                _link_copy(warm, target)
+            else:
+                _check_same(warm, summaries["warm"])
+                budget = summaries[arm]["budget"]
+                logger.info("GRPO %s %s %s s%d at T=%s", arm, fam.name, vis, seed, budget)
+                _train_into(
+                    target,
+                    summaries[arm],
+                    env_id=fam.env_id,
+                    budget=budget,
+                    iterations=fam.iterations,
+                    model=str(warm),
+                    process_reward=fam.process_reward if arm == "process" else None,
+                    **options,
+                )
+            done += 1
+    if progress is not None:
+        progress("train", done, total)
+    return policies
+
+
+def trl_quick_spec() -> StudySpec:
+    """The TRL pipeline check (``budgetmix study --quick --trainer trl``), a few minutes on 2
+    CPU cores: :func:`~budget_envs.study.spec.quick_spec`'s ToolUse level 1 family with the
+    offline tiny model, arms ``base``, ``fixed_generous`` and ``mix``, budget hidden, one seed.
+
+    Sizes: T tight 3 and generous 6 (eval grid 2..7), a warm start of 8 oracle episodes (4
+    steps), 1 GRPO step of 8 episodes per RL arm, 2 unseen tasks x 2 samples (1 with a fault at
+    turn 1, 1 probe state). Every stage runs; nothing is measured: the tiny model wins no
+    ToolUse task at this size, so every GRPO group has the same reward (0) and the RL arms keep
+    the base's weights.
+    """
+    (fam,) = quick_spec().families
+    fam = replace(
+        fam,
+        optimal=3,
+        tight=3,
+        generous=6,
+        eval_budgets=[2, 3, 4, 6, 7],
+        warm_start_episodes=8,
+        warm_start_epochs=4,
+        iterations=1,
+        curve_iterations=[],
+        eval_tasks=2,
+        eval_samples=2,
+        fault_samples=1,
+        fault_turns=[1],
+        probe_states=1,
+    )
+    return StudySpec(
+        families=[fam],
+        arms=["base", "fixed_generous", "mix"],
+        visibilities=["hidden"],
+        seeds=[0],
+        n_boot=200,
+        trainer="trl",
+        model="tiny",
+    )

@@ -1,0 +1,183 @@
+"""``budgetmix study --trainer trl``: the toy TRL study (:func:`trl_quick_spec`) trained and
+evaluated end to end through the study's own stages, resumed without training again, a
+half-written folder redone with the same bytes, and the CLI's ``--trainer``/``--model``.
+
+The report modules are not run here (``tests/test_study.py`` covers them on the RLlib study).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from budget_envs.study.folder import policy_root, records_path, warm_root
+from budget_envs.study.spec import arm_budget
+from budget_envs.study.trl_stage import TRAIN_FILE, train_stage_trl, trl_quick_spec
+
+VIS, SEED = "hidden", 0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _offline():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")  # the tiny model is built here: nothing may touch the Hub
+        mp.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+        yield
+
+
+def _weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """The toy study's folder after its train stage (no eval yet)."""
+    pytest.importorskip("trl", reason='the TRL study needs the trl extra: "budget-envs[trl]"')
+    from budget_envs.study.stages import train_stage
+
+    spec = trl_quick_spec()
+    out = tmp_path_factory.mktemp("trl_study")
+    policies = train_stage(spec, out)
+    return spec, out, policies
+
+
+def _no_training(monkeypatch):
+    import budget_envs.integrations.trl as trl
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"trained again: {kwargs.get('out_dir')}")
+
+    monkeypatch.setattr(trl, "train", refuse)
+
+
+def test_every_arm_resumes_the_base_under_its_budget(toy):
+    spec, out, policies = toy
+    (fam,) = spec.families
+    root = policy_root(out, fam, VIS, SEED)
+    assert policies == [root / arm for arm in spec.arms]
+    assert not list(root.glob("*.tmp"))
+    base = _weights(root / "base")
+    assert base.keys() == _weights(warm_root(out, fam, VIS, SEED)).keys()
+    for arm in spec.arms:
+        meta = json.loads((root / arm / TRAIN_FILE).read_text())
+        assert meta["arm"] == arm and meta["model"] == "tiny" and meta["seed"] == SEED
+        assert meta["budget"] == arm_budget(arm, fam.tight, fam.generous)
+        settings = json.loads((root / arm / "budgetmix_policy.json").read_text())
+        assert settings["visibility"] == VIS and settings["env_kwargs"] == fam.train_kwargs
+        assert not (root / arm / "warm_start").exists()
+        if arm == "base":
+            assert meta["iterations"] == 0 and meta["warm_start_loss"] is not None
+            continue
+        # one GRPO step of 8 episodes per iteration, from the base's weights
+        assert meta["iterations"] == fam.iterations == len(meta["reward"])
+        assert sum(meta["stop_reasons"].values()) == 8 * fam.iterations
+        # The tiny model wins no toy episode, so every GRPO group has one reward (no advantage)
+        # and the arm must end exactly where it started: bit for bit the base.
+        assert meta["reward"] == [0.0] * fam.iterations
+        assert meta["frac_reward_zero_std"] == [1.0] * fam.iterations
+        weights = _weights(root / arm)
+        assert weights.keys() == base.keys()
+        assert all(weights[k].equal(base[k]) for k in base)
+
+
+def test_a_rerun_trains_nothing_again(toy, monkeypatch):
+    spec, out, policies = toy
+    stamps = {p: (p / "model.safetensors").stat().st_mtime_ns for p in policies}
+    _no_training(monkeypatch)
+    seen = []
+    assert train_stage_trl(spec, out, progress=lambda *a: seen.append(a)) == policies
+    assert seen[-1] == ("train", len(spec.arms), len(spec.arms))
+    assert {p: (p / "model.safetensors").stat().st_mtime_ns for p in policies} == stamps
+
+
+def test_a_half_written_warm_start_is_redone_with_the_same_bytes(toy, tmp_path, monkeypatch):
+    spec, out, _ = toy
+    (fam,) = spec.families
+    import budget_envs.integrations.trl as trl
+
+    shutil.copytree(out / "policies", tmp_path / "policies", copy_function=shutil.copy2)
+    warm, root = warm_root(tmp_path, fam, VIS, SEED), policy_root(tmp_path, fam, VIS, SEED)
+    shutil.rmtree(warm)
+    shutil.rmtree(root / "base")
+    (root / "warm.tmp").mkdir()
+    (root / "warm.tmp" / "model.safetensors").write_bytes(b"killed half-way")
+    rl_stamps = {a: (root / a / "model.safetensors").stat().st_mtime_ns for a in spec.rl_arms}
+    calls, real = [], trl.train
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["iterations"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trl, "train", counting)
+    train_stage_trl(spec, tmp_path)
+    assert calls == [0]  # the warm start alone; the finished RL arms are kept
+    assert not (root / "warm.tmp").exists()
+    again = warm_root(out, fam, VIS, SEED) / "model.safetensors"
+    assert (warm / "model.safetensors").read_bytes() == again.read_bytes()  # same seed, same bytes
+    assert (root / "base" / "model.safetensors").read_bytes() == again.read_bytes()
+    assert {a: (root / a / "model.safetensors").stat().st_mtime_ns for a in spec.rl_arms} == (
+        rl_stamps
+    )
+
+
+def test_the_eval_stage_plays_every_arm_as_a_policy_agent(toy, monkeypatch):
+    spec, out, _ = toy
+    (fam,) = spec.families
+    from budget_envs.eval.agents import make_agent
+    from budget_envs.study.stages import eval_stage, train_stage
+
+    root = policy_root(out, fam, VIS, SEED)
+    for arm in spec.arms:
+        agent = make_agent(f"policy:{root / arm}")
+        assert agent._hf is not None and agent._hf.settings["visibility"] == VIS
+    # one worker: the episodes run in this process, which loads each policy once
+    assert eval_stage(spec, out, workers=1) == [records_path(out, fam, VIS, SEED)]
+    with gzip.open(records_path(out, fam, VIS, SEED), "rt") as fh:
+        records = [json.loads(line) for line in fh]
+    assert not any(r.get("error") for r in records)
+    arms = {f"{a}@s{SEED}" for a in spec.arms}
+    assert {r["agent"] for r in records} == arms | {"random"}
+    for agent in arms:
+        mine = [r for r in records if r["agent"] == agent and r["record"] == "episode"]
+        clean = [r for r in mine if r["fault_turn"] is None]
+        assert len(clean) == fam.eval_tasks * fam.eval_samples
+        assert len(mine) - len(clean) == fam.eval_tasks * fam.fault_samples * len(fam.fault_turns)
+        assert {r["budget"] for r in clean} == {max(fam.eval_budgets)}
+    # the records cover the seed: a rerun of both stages neither trains nor plays
+    _no_training(monkeypatch)
+    assert train_stage(spec, out) == []
+
+
+def test_the_study_command_picks_the_trl_spec():
+    from budget_envs.cli import build_parser
+    from budget_envs.commands.study import _pick_spec
+    from budget_envs.errors import UsageError
+    from budget_envs.study import full_spec, quick_spec
+
+    parse = build_parser().parse_args
+    args = parse(["study", "--quick", "--trainer", "trl"])
+    assert (args.trainer, args.model) == ("trl", "tiny")
+    assert _pick_spec(args) == trl_quick_spec()
+    assert _pick_spec(parse(["study", "--quick"])) == quick_spec()
+    spec = _pick_spec(parse(["study", "--trainer", "trl", "--model", "Qwen/Qwen3-0.6B"]))
+    assert (spec.trainer, spec.model, spec.curve) == ("trl", "Qwen/Qwen3-0.6B", None)
+    assert spec.families == full_spec().families and spec.arms == full_spec().arms
+    with pytest.raises(UsageError, match="--trainer trl"):
+        _pick_spec(parse(["study", "--model", "Qwen/Qwen3-0.6B"]))
+    with pytest.raises(SystemExit):
+        parse(["study", "--trainer", "ppo"])
+
+
+def test_the_trl_stage_refuses_a_learning_curve(tmp_path):
+    from dataclasses import replace
+
+    from budget_envs.study import quick_spec
+
+    with pytest.raises(ValueError, match="curve=None"):
+        train_stage_trl(replace(quick_spec(), trainer="trl"), tmp_path)
