@@ -170,8 +170,8 @@ def train_stage_trl(spec: StudySpec, out: Path, *, progress: Progress | None = N
     * ``base``: ``warm/`` as it is (files hard-linked).
     * every RL arm: ``Family.iterations`` GRPO steps from ``warm/`` under the arm's budget
       (:func:`~budget_envs.study.spec.arm_budget`), ``process`` with the ProcessReward signal
-      at ``Family.process_reward`` (its ``max_cost`` is the wrapper's default: ``train`` has no
-      option for ``Family.process_max_cost``). All arms of a seed share that seed (task and budget draws,
+      at ``Family.process_reward`` and ``max_cost`` ``Family.process_max_cost`` (default the
+      generous T), as in the RLlib stage. All arms of a seed share that seed (task and budget draws,
       sampling), so a rerun gives the same policies on the same hardware.
 
     Not done with TRL: the learning curve (no ``curve/`` checkpoints; a spec with ``curve`` set
@@ -243,6 +243,7 @@ def train_stage_trl(spec: StudySpec, out: Path, *, progress: Progress | None = N
                     iterations=fam.iterations,
                     model=str(warm),
                     process_reward=fam.process_reward if arm == "process" else None,
+                    process_max_cost=fam.process_max_cost or fam.generous,
                     **options,
                 )
             done += 1

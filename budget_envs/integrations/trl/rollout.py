@@ -102,6 +102,7 @@ class BudgetMixRollout:
         visibility: str = "hidden",
         faults: Any = None,
         process_reward: float | None = None,
+        process_max_cost: int = 100,
         system_prompt: str | None = SYSTEM_PROMPT,
         show_actions: bool = True,
         max_turn_tokens: int = 24,
@@ -116,6 +117,7 @@ class BudgetMixRollout:
                 on copies made with :func:`make_env_like`).
             budget, visibility, faults: the wrapper options of ``gymnasium.make`` (with an id).
             process_reward: scale of the :class:`ProcessReward` signal added to the reward.
+            process_max_cost: that signal's ``max_cost`` (the cost-to-go a lost task counts as).
             system_prompt: the system message (None for none).
             show_actions: list the admissible actions under each observation.
             max_turn_tokens: the longest reply of one turn, in tokens.
@@ -135,6 +137,7 @@ class BudgetMixRollout:
             visibility=visibility,
             faults=faults,
             process_reward=process_reward,
+            process_max_cost=process_max_cost,
             env_kwargs=env_kwargs,
         )
         self.env = env

@@ -75,6 +75,7 @@ def train(
     temperature: float = 1.0,
     beta: float = 0.0,
     process_reward: float | None = None,
+    process_max_cost: int = 100,
     show_actions: bool = True,
     system_prompt: str | None = SYSTEM_PROMPT,
     chat_template_kwargs: dict[str, Any] | None = None,
@@ -102,7 +103,8 @@ def train(
             oracle episodes (tiny model only; 0 steps: none).
         num_generations, batch_size, max_completion_length, learning_rate, temperature, beta:
             the GRPOConfig settings of the same names (``batch_size`` per device).
-        max_turn_tokens, show_actions, system_prompt, process_reward: the rollout's settings.
+        max_turn_tokens, show_actions, system_prompt, process_reward, process_max_cost: the
+            rollout's settings.
         chat_template_kwargs: GRPOConfig's ``chat_template_kwargs`` (e.g. ``{"enable_thinking":
             False}`` for Qwen3).
         tiny_hidden_size, tiny_layers: the size of the tiny model.
@@ -129,6 +131,7 @@ def train(
         budget=budget,
         visibility=visibility,
         process_reward=process_reward,
+        process_max_cost=process_max_cost,
         system_prompt=system_prompt,
         show_actions=show_actions,
         max_turn_tokens=max_turn_tokens,
