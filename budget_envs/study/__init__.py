@@ -16,6 +16,8 @@ One module per concern; each imports only modules above it in this list:
 * :mod:`~budget_envs.study.contrasts` - the study's tests: the pre-registered contrasts with
   Holm's correction, the headline and secondary differences, the stop-reason mix and whether
   the budget binds, Pass@(K,T), the learning curve, all from one hierarchical paired bootstrap;
+* :mod:`~budget_envs.study.trl_stage` - the train stage with TRL (``trainer="trl"``) and
+  :func:`trl_quick_spec`, its CPU pipeline check;
 * :mod:`~budget_envs.study.stages` - the train, eval and compare stages;
 * :mod:`~budget_envs.study.pair` - two arms side by side (``budgetmix demo``);
 * :mod:`~budget_envs.study.tables` and :mod:`~budget_envs.study.figures` - the report's tables
@@ -69,6 +71,7 @@ from budget_envs.study.spec import (
     quick_spec,
 )
 from budget_envs.study.stages import Progress, compare_stage, eval_stage, train_stage
+from budget_envs.study.trl_stage import train_stage_trl, trl_quick_spec
 
 #: The records' writer under the name it had when the study was one module.
 _compress = compress_records
@@ -116,5 +119,7 @@ __all__ = [
     "quick_spec",
     "run_study",
     "train_stage",
+    "train_stage_trl",
+    "trl_quick_spec",
     "write_study_report",
 ]
