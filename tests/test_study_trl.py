@@ -143,6 +143,8 @@ def test_the_eval_stage_plays_every_arm_as_a_policy_agent(toy, monkeypatch):
     assert not any(r.get("error") for r in records)
     arms = {f"{a}@s{SEED}" for a in spec.arms}
     assert {r["agent"] for r in records} == arms | {"random"}
+    # no single-step probes with TRL: its policy agent cannot replay an oracle prefix
+    assert fam.probe_states > 0 and not [r for r in records if r["record"] == "probe"]
     for agent in arms:
         mine = [r for r in records if r["agent"] == agent and r["record"] == "episode"]
         clean = [r for r in mine if r["fault_turn"] is None]

@@ -222,7 +222,8 @@ def eval_plans(spec: StudySpec, out: Path, fam: Family, vis: str, seed: int) -> 
             agents=everyone,
             samples=fam.eval_samples,
             budgets=[grid[-1]],
-            probe_states=fam.probe_states,
+            # a TRL policy agent cannot replay an oracle prefix: no probes (C2 does not run)
+            probe_states=fam.probe_states if spec.trainer == "rllib" else 0,
             **common,
         )
     }
