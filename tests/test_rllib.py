@@ -162,6 +162,33 @@ def test_process_reward_reaches_rllib():
     assert reward == 0.5
 
 
+@pytest.mark.parametrize("budget_terminal", [True, False])
+def test_running_out_of_turns_is_terminal_for_the_trainer(budget_terminal):
+    """The step on which the budget runs out is terminal by default (PPO must not bootstrap a
+    lost episode with the value of its last state); a won episode ends as the env says."""
+    env = MaskedTextEnv(TOY, budget=2, budget_terminal=budget_terminal, **SMALL)
+    env.reset(seed=3)
+    done = False
+    turns = []
+    while not done:
+        oracle = set(env.env.unwrapped.oracle_actions())
+        slot = next(i for i, c in enumerate(env.commands) if c not in oracle)
+        _, reward, terminated, truncated, info = env.step(slot)
+        turns.append((terminated, truncated, info.get("stop_reason")))
+        done = terminated or truncated
+    assert len(turns) == 2 and reward == 0.0
+    assert turns[-1] == (budget_terminal, not budget_terminal, "budget")
+    # a won episode is terminated either way
+    env2 = MaskedTextEnv(TOY, budget=50, budget_terminal=budget_terminal, **SMALL)
+    env2.reset(seed=3)
+    while True:
+        best = env2.env.unwrapped.oracle_actions()[0]
+        _, reward, terminated, truncated, info = env2.step(env2.commands.index(best))
+        if terminated or truncated:
+            break
+    assert (terminated, truncated, info.get("stop_reason"), reward) == (True, False, "won", 1.0)
+
+
 def test_env_creator_config():
     env = env_creator({"env_id": TOY, "seed": 0, **SMALL})
     assert isinstance(env, MaskedTextEnv)

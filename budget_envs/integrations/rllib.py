@@ -81,6 +81,12 @@ class MaskedTextEnv(gym.Env):
         seed_offset: added to every seed the trainer passes (:func:`env_creator` sets it per env
             runner so sub-envs of different runners never share a seed).
         env_kwargs: extra constructor kwargs of the env (with an id).
+        budget_terminal: report the step on which the budget runs out as terminal
+            (``terminated=True``, ``truncated=False``; default), so a trainer scores running out
+            of turns as the failure it is under a turn budget. With False it stays a truncation,
+            which PPO's advantage estimate bootstraps with the value of the last state: an
+            episode cut by the budget then earns what the policy could still have won, and a
+            policy trained so is not pushed to finish within T.
 
     ``info`` is cut to :data:`INFO_KEYS`; :attr:`commands` holds this state's actions
     (slot k plays ``commands[k]``).
@@ -107,8 +113,10 @@ class MaskedTextEnv(gym.Env):
         seed: int | None = None,
         seed_offset: int = 0,
         env_kwargs: dict[str, Any] | None = None,
+        budget_terminal: bool = True,
     ) -> None:
         warn_within = 3
+        self.budget_terminal = bool(budget_terminal)
         env, _ = env_and_maker(
             env,
             budget=budget,
@@ -183,6 +191,9 @@ class MaskedTextEnv(gym.Env):
         self.empty_slot_turns += command == ""
         self.featurizer.record(command)
         obs, reward, terminated, truncated, info = self.env.step(command)
+        if truncated and not terminated and self.budget_terminal:
+            if info.get("stop_reason") == "budget":
+                terminated, truncated = True, False
         return self._encode(obs, info), float(reward), terminated, truncated, self._slim(info)
 
     def close(self) -> None:

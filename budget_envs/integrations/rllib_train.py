@@ -167,6 +167,7 @@ def train(
     hidden: int = 128,
     process_reward: float | None = None,
     process_max_cost: int = 100,
+    budget_terminal: bool = True,
     checkpoint_every: int = 5,
     resume: bool = False,
     num_cpus: int = 2,
@@ -254,6 +255,7 @@ def train(
         "env_kwargs": env_kwargs,
         "process_reward": process_reward,
         "process_max_cost": process_max_cost,
+        "budget_terminal": budget_terminal,
     }
     if budget is not DEFAULT_BUDGET:
         env_config["budget"] = budget
@@ -274,6 +276,7 @@ def train(
         "hidden": hidden,
         "process_reward": process_reward,
         "process_max_cost": process_max_cost,
+        "budget_terminal": budget_terminal,
         "seed": seed,
         "packed": packed,
         "num_envs_per_env_runner": num_envs_per_env_runner,

@@ -241,7 +241,7 @@ def full_spec() -> StudySpec:
     """The full study: ALFWorld small scenes and WebShop level 2 (where episodes end by budget
     and errors are recoverable) and ToolUse level 1 (where they are not: reported, and left out
     of the claims when its budget never binds); five arms, five seeds with the budget hidden and
-    two with it visible; the learning curve on ALFWorld, seed 0."""
+    two with it visible; the learning curve on WebShop, seed 0."""
     return StudySpec(
         families=[
             Family(
@@ -286,7 +286,7 @@ def full_spec() -> StudySpec:
             ),
         ],
         visible_seeds=[0, 1],
-        curve=["alfworld", 0],
+        curve=["webshop", 0],
     )
 
 
