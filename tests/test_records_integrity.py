@@ -204,7 +204,9 @@ def test_a_killed_writers_lock_does_not_block_even_while_its_workers_linger(tmp_
         assert again.returncode == 0, again.stderr
         assert f"({done} already done" in again.stdout
     finally:
-        os.killpg(first.pid, signal.SIGKILL)
+        # the group may be empty by now (the frozen workers can have exited before the freeze)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(first.pid, signal.SIGKILL)
     assert sorted(keys(run)) == sorted(set(keys(run))) and len(keys(run)) == EPISODES
 
 
