@@ -78,19 +78,25 @@ def hash_features(text: str, dim: int, bigrams: bool = True) -> np.ndarray:
         >>> v.shape, float(v.max())
         ((16,), 1.0)
     """
-    out = np.zeros(dim, dtype=np.float32)
-    words = _WORD.findall(text.lower())
+    return _hash_words(_WORD.findall(text.lower()), dim, bigrams)
+
+
+def _hash_words(words: list[str], dim: int, bigrams: bool = True) -> np.ndarray:
+    """:func:`hash_features` of a text already split into ``words``."""
     grams = words + ([f"{a} {b}" for a, b in zip(words, words[1:])] if bigrams else [])
-    for gram in grams:
-        out[zlib.crc32(gram.encode()) % dim] += 1.0
-    if grams:
-        np.log1p(out, out=out)
-        out /= out.max()
+    if not grams:
+        return np.zeros(dim, dtype=np.float32)
+    crc = zlib.crc32
+    buckets = np.fromiter((crc(g.encode()) for g in grams), dtype=np.int64, count=len(grams))
+    out = np.bincount(buckets % dim, minlength=dim).astype(np.float32)
+    np.log1p(out, out=out)
+    out /= out.max()
     return out
 
 
 def _is_id(token: str) -> bool:
-    return len(token) >= 5 and any(c.isdigit() for c in token)
+    # Tokens are runs of [a-z0-9]: one holds a digit exactly when it is not all letters.
+    return len(token) >= 5 and not token.isalpha()
 
 
 def _tokens(text: str) -> list[str]:
@@ -183,16 +189,24 @@ class Featurizer:
             raise TypeError(f"spec must be a FeatureSpec, got {spec!r}")
         self.spec = spec
         self._token_cache: dict[str, tuple[np.ndarray, frozenset, frozenset]] = {}
+        self._goal_cache: dict[str, tuple[np.ndarray, frozenset]] = {}
+        self._grams_cache: dict[str, tuple[list[str], np.ndarray]] = {}
         self.reset("")
 
     def reset(self, goal: str) -> None:
         """Start an episode with ``goal`` (``info["goal"]``)."""
         self.goal = str(goal or "")
-        self._goal_vec = hash_features(self.goal, self.spec.goal_dim)
-        self._goal_tokens = frozenset(_tokens(self.goal))
+        hit = self._goal_cache.get(self.goal)
+        if hit is None:
+            hit = (hash_features(self.goal, self.spec.goal_dim), frozenset(_tokens(self.goal)))
+            if len(self._goal_cache) < 10_000:
+                self._goal_cache[self.goal] = hit
+        self._goal_vec, self._goal_tokens = hit
         self._history_tokens: set[str] = set(self._goal_tokens)
         self._played: Counter[str] = Counter()
         self._last: list[str] = []
+        self._hist_key: tuple[str, ...] | None = None
+        self._hist_vec = np.zeros(self.spec.hist_dim, dtype=np.float32)
         self.turn = 0
 
     def observe(self, observation: str) -> None:
@@ -205,18 +219,59 @@ class Featurizer:
         self._last = (self._last + [action])[-3:]
         self.turn += 1
 
+    def _action_grams(self, action: str) -> tuple[list[str], np.ndarray]:
+        """An action's words and the history buckets of its own words and word pairs."""
+        hit = self._grams_cache.get(action)
+        if hit is None:
+            words = _WORD.findall(action.lower())
+            grams = words + [f"{a} {b}" for a, b in zip(words, words[1:])]
+            crc = zlib.crc32
+            buckets = np.fromiter((crc(g.encode()) for g in grams), np.int64, len(grams))
+            hit = (words, buckets % self.spec.hist_dim)
+            if len(self._grams_cache) < 100_000:
+                self._grams_cache[action] = hit
+        return hit
+
+    def _history_vec(self) -> np.ndarray:
+        """``hash_features(" ".join(last actions), hist_dim)``, from per-action buckets: the words
+        of the joined text are the actions' words in turn, so its grams are each action's own
+        plus one word pair where two actions with words meet."""
+        key = tuple(self._last)
+        if key == self._hist_key:
+            return self._hist_vec
+        dim = self.spec.hist_dim
+        parts = []
+        prev = None
+        for action in self._last:
+            words, buckets = self._action_grams(action)
+            if not words:
+                continue
+            if prev is not None:
+                joint = zlib.crc32(f"{prev} {words[0]}".encode()) % dim
+                parts.append(np.array([joint], dtype=np.int64))
+            parts.append(buckets)
+            prev = words[-1]
+        if parts:
+            vec = np.bincount(np.concatenate(parts), minlength=dim).astype(np.float32)
+            np.log1p(vec, out=vec)
+            vec /= vec.max()
+        else:
+            vec = np.zeros(dim, dtype=np.float32)
+        self._hist_key, self._hist_vec = key, vec
+        return vec
+
     def _action_tokens(self, action: str) -> tuple[np.ndarray, frozenset, frozenset]:
         hit = self._token_cache.get(action)
         if hit is not None:
             return hit
         spec = self.spec
         toks = _tokens(action)
-        ids = frozenset(t for t in toks if _is_id(t))
-        words = frozenset(t for t in toks if not _is_id(t))
+        is_id = [_is_id(t) for t in toks]
+        ids = frozenset(t for t, i in zip(toks, is_id) if i)
+        words = frozenset(t for t, i in zip(toks, is_id) if not i)
         row = np.zeros(spec.action_tokens, dtype=np.float32)
-        shown = [(_ID_TOKEN if _is_id(t) else t) for t in toks][: spec.action_tokens]
-        for j, tok in enumerate(shown):
-            row[j] = 1 + zlib.crc32(tok.encode()) % (spec.vocab - 1)
+        shown = [(_ID_TOKEN if i else t) for t, i in zip(toks, is_id)][: spec.action_tokens]
+        row[: len(shown)] = [1 + zlib.crc32(tok.encode()) % (spec.vocab - 1) for tok in shown]
         out = (row, words, ids)
         if len(self._token_cache) < 100_000:
             self._token_cache[action] = out
@@ -242,7 +297,8 @@ class Featurizer:
                 f"{len(actions)} actions are offered but the policy has max_actions="
                 f"{spec.max_actions} slots; raise max_actions (no action is ever dropped)"
             )
-        obs_tokens = set(_tokens(observation))
+        obs_words = _WORD.findall(observation.lower())
+        obs_tokens = set(obs_words) - _BOILERPLATE
         self._history_tokens |= obs_tokens
         budget = np.zeros(3, dtype=np.float32)
         b = info.get("budget")
@@ -255,9 +311,9 @@ class Featurizer:
             )
         state = np.concatenate(
             [
-                hash_features(observation, spec.obs_dim),
+                _hash_words(obs_words, spec.obs_dim),
                 self._goal_vec,
-                hash_features(" ".join(self._last), spec.hist_dim),
+                self._history_vec(),
                 np.array([min(self.turn, 100) / 100.0], dtype=np.float32),
                 np.clip(budget, 0.0, 1.0),
             ]
@@ -267,19 +323,28 @@ class Featurizer:
         feats = np.zeros((k, N_ACTION_FEATS), dtype=np.float32)
         mask = np.zeros(k, dtype=np.float32)
         last = self._last[-1] if self._last else None
-        for i, action in enumerate(actions):
+        goal, history, played = self._goal_tokens, self._history_tokens, self._played
+        rows, rel = [], []
+        for action in actions:
             row, words, ids = self._action_tokens(action)
-            toks[i] = row
-            feats[i] = (
-                len(words & self._goal_tokens) / len(words) if words else 0.0,
-                len(words & obs_tokens) / len(words) if words else 0.0,
-                len(ids & obs_tokens) / len(ids) if ids else 0.0,
-                len(ids & self._history_tokens) / len(ids) if ids else 0.0,
-                1.0 if ids else 0.0,
-                min(self._played[action], 3) / 3.0,
-                1.0 if action == last else 0.0,
+            rows.append(row)
+            nw, ni = len(words), len(ids)
+            rel.append(
+                (
+                    len(words & goal) / nw if nw else 0.0,
+                    len(words & obs_tokens) / nw if nw else 0.0,
+                    len(ids & obs_tokens) / ni if ni else 0.0,
+                    len(ids & history) / ni if ni else 0.0,
+                    1.0 if ni else 0.0,
+                    min(played[action], 3) / 3.0 if action in played else 0.0,
+                    1.0 if action == last else 0.0,
+                )
             )
-            mask[i] = 1.0
+        n = len(actions)
+        if n:
+            toks[:n] = rows
+            feats[:n] = rel
+            mask[:n] = 1.0
         if not actions:
             mask[0] = 1.0  # never all-masked: slot 0 then plays an (invalid) empty turn
         arrays = {"obs": state, "actions": toks, "action_feats": feats, "action_mask": mask}
