@@ -8,10 +8,11 @@ For each family (ToolUse level 1, WebShop level 2, ALFWorld small scenes) three 
 the same run:
 
 * ``new``: :func:`~budget_envs.integrations.rllib_train.train` with its defaults (packed scoring,
-  16 envs per runner with batched inference, one torch thread, 512 slots, batch 1024);
+  16 envs per runner with batched inference, one torch thread, 256 slots growing on demand,
+  width 64, batch 1024 in minibatches of 512);
 * ``legacy``: the same call with :data:`~budget_envs.integrations.rllib_train.LEGACY_SPEED`, the
-  configuration before those defaults (every slot scored, one env, 2048 slots, batch 512, torch's
-  threads), and for ALFWorld the env's reset cache off (``reset_cache=False``);
+  configuration before those defaults (every slot scored, one env, 2048 slots, width 128, batch
+  512, torch's threads), and for ALFWorld the env's reset cache off (``reset_cache=False``);
 * ``raw``: the family's env alone, random offered actions (``info["candidate_actions"]``), no
   features, no network; the same seeded loop twice, the second timed (warm caches: ALFWorld's
   reset cache holds every task by then, which a first pass would spend most of its time
@@ -52,7 +53,7 @@ CASES = {
     ),
 }
 #: Iterations per run: the rate is taken over all but the first.
-ITERATIONS = {"new": 4, "legacy": 2}
+ITERATIONS = {"new": 6, "legacy": 2}
 RAW_STEPS = {"tooluse": 20_000, "webshop": 3_000, "alfworld": 2_000}
 FAMILIES = [
     f for f in os.environ.get("BENCH_TRAIN_FAMILIES", ",".join(CASES)).split(",") if f in CASES

@@ -326,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--warm-start-lr",
         type=float,
         default=None,
-        help="warm-start learning rate (rllib 1e-3, trl 3e-3 by default)",
+        help="warm-start learning rate (3e-3 by default)",
     )
     t.add_argument(
         "--trl-kwargs",
@@ -347,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the progress signal's max_cost: a loss costs SCALE * (MAX_COST - cost) (default 100)",
     )
-    rl.add_argument("--hidden", type=int, default=None, help="network width (default 128)")
+    rl.add_argument("--hidden", type=int, default=None, help="network width (default 64)")
     rl.add_argument(
         "--entropy-coeff", type=float, default=None, help="PPO entropy bonus (default 0.01)"
     )

@@ -65,6 +65,7 @@ LEGACY_SPEED: dict[str, Any] = {
     "grow_slots": False,
     "train_batch_size": 512,
     "minibatch_size": 128,
+    "hidden": 128,
 }
 _INT_COLUMNS = frozenset({"iteration", "timesteps", "episodes"})
 _RESULT_KEYS = {
@@ -160,11 +161,11 @@ def train(
     gamma: float = 0.99,
     max_actions: int = 256,
     train_batch_size: int = 1024,
-    minibatch_size: int = 256,
+    minibatch_size: int = 512,
     num_epochs: int = 2,
     lr: float = 3e-4,
     entropy_coeff: float = 0.01,
-    hidden: int = 128,
+    hidden: int = 64,
     process_reward: float | None = None,
     process_max_cost: int = 100,
     budget_terminal: bool = True,
@@ -179,7 +180,7 @@ def train(
     warm_start_episodes: int = 50,
     warm_start_epochs: int = 20,
     warm_start_explore: float = 0.0,
-    warm_start_lr: float = 1e-3,
+    warm_start_lr: float = 3e-3,
     progress: Callable[[int, int, dict[str, float]], None] | None = None,
     warm_start_progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, Any]:

@@ -152,6 +152,11 @@ class StudySpec:
     gamma: float = 1.0
     lr: float = 3e-4
     entropy_coeff: float = 0.001
+    #: Width of the policy network (the study's own value, not ``budgetmix train``'s default,
+    #: which may change: every seed of a study trains the same network).
+    hidden: int = 128
+    #: Adam's learning rate of the warm start (the study's own, as ``hidden``).
+    warm_start_lr: float = 1e-3
     n_boot: int = 2000
     curve: list[Any] | None = None
     trainer: str = "rllib"

@@ -49,6 +49,7 @@ def _common(spec: StudySpec, fam: Family, vis: str, seed: int, num_cpus: int) ->
         train_batch_size=fam.batch_size,
         minibatch_size=fam.minibatch_size,
         num_epochs=fam.num_epochs,
+        hidden=spec.hidden,
         num_cpus=num_cpus,
     )
 
@@ -131,6 +132,7 @@ def train_stage(
                     warm_start_episodes=fam.warm_start_episodes,
                     warm_start_epochs=fam.warm_start_epochs,
                     warm_start_explore=0.0,
+                    warm_start_lr=spec.warm_start_lr,
                     **common,
                 )
             for arm in spec.arms:
