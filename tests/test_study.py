@@ -63,6 +63,9 @@ def test_quick_study_runs_every_stage_and_report_only_reproduces_the_tables(tmp_
     warm = json.loads((root / "warm" / "policy.json").read_text())
     assert warm["warm_start"]["episodes"] == fam.warm_start_episodes
     assert warm["settings"]["warm_start_explore"] == 0.0  # oracle episodes only
+    # the study's own network width and warm-start rate, whatever `budgetmix train` defaults to
+    assert warm["settings"]["hidden"] == spec.hidden
+    assert warm["settings"]["warm_start_lr"] == spec.warm_start_lr
     base = json.loads((root / "base" / "policy.json").read_text())
     assert base["warm_start"] == warm["warm_start"] and not (root / "base" / "metrics.csv").exists()
     for arm in spec.rl_arms:
@@ -298,6 +301,11 @@ def test_spec_checks_and_round_trips(tmp_path):
         grid = sorted(fam.eval_budgets)
         assert grid[0] <= fam.optimal and fam.tight in grid and fam.generous in grid
     assert study.StudySpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+    # a study.json written before the width and the warm-start rate were fields reads as the
+    # values its policies were trained with
+    older = {k: v for k, v in spec.to_json().items() if k not in ("hidden", "warm_start_lr")}
+    assert study.StudySpec.from_json(older) == spec
+    assert (spec.hidden, spec.warm_start_lr) == (128, 1e-3)
     assert study.arm_budget("mix_log", 5, 12) == "log:5..12"
     assert study.arm_budget("mix", 5, 12) == "5..12" and study.arm_budget("process", 5, 12) == 12
     fields = dict(
