@@ -130,7 +130,9 @@ def test_featurizer_equals_the_documented_rules(env_id):
     rng = np.random.default_rng(3)
     # One featurizer per visibility, its caches kept over its two episodes (one task repeats).
     featurizers = [
-        Featurizer(FeatureSpec(obs_dim=256, goal_dim=64, hist_dim=64, max_actions=2048, visibility=v))
+        Featurizer(
+            FeatureSpec(obs_dim=256, goal_dim=64, hist_dim=64, max_actions=2048, visibility=v)
+        )
         for v in ("hidden", "remaining", "final_warning")
     ]
     states = 0
