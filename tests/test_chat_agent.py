@@ -6,6 +6,7 @@ import email.utils
 import json
 import socket
 
+import aiohttp  # noqa: E402, F401  (the chat agent needs budget-envs[chat]; a missing extra fails)
 import gymnasium as gym
 import pytest
 from budget_envs.registry import registered_ids
@@ -19,8 +20,6 @@ from budget_envs.eval.chat import LENGTH_NOTE, ChatAgent, Clock, split_reasoning
 from budget_envs.eval.runner import EvalPlan, load_records, plan_jobs, run_episode, run_plan
 from budget_envs.eval.runner.async_driver import EnvPool
 from budget_envs.eval.runner.worker import Worker
-
-pytest.importorskip("aiohttp", reason="the chat agent needs budget-envs[chat]")
 
 
 @pytest.fixture(scope="module")

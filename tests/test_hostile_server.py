@@ -25,13 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import openenv.core.env_server  # noqa: E402, F401  (the openenv extra; a missing extra fails)
 import pytest
 import requests
-
-pytest.importorskip(
-    "openenv.core.env_server", reason='needs the openenv extra: pip install -e ".[openenv]"'
-)
-
 from contract_helpers import make, policy_action  # noqa: E402
 from service_helpers import (  # noqa: E402
     budgetmix_serve,

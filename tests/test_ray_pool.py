@@ -10,9 +10,7 @@ import json
 
 import numpy as np
 import pytest
-
-ray = pytest.importorskip("ray", reason='needs the ray extra: pip install -e ".[ray]"')
-
+import ray  # noqa: E402  (the ray extra; a missing extra fails)
 import toy_env  # noqa: E402
 from contract_helpers import TOY_ID, make, policy_action  # noqa: E402
 

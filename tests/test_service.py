@@ -15,12 +15,8 @@ import textwrap
 import threading
 
 import numpy as np
+import openenv.core.env_server  # noqa: E402, F401  (the openenv extra; a missing extra fails)
 import pytest
-
-pytest.importorskip(
-    "openenv.core.env_server", reason='needs the openenv extra: pip install -e ".[openenv]"'
-)
-
 from budget_envs.registry import registered_ids  # noqa: E402
 from contract_helpers import make, policy_action  # noqa: E402
 from service_helpers import TESTS, serving, sessions, wait_until  # noqa: E402

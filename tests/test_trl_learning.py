@@ -20,9 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-pytest.importorskip("trl", reason="needs the trl extra: pip install 'budget-envs[trl]'")
-pytest.importorskip("textworld", reason="needs the textworld extra")
+import textworld  # noqa: E402, F401  (the textworld extra; a missing extra fails)
+import trl  # noqa: E402, F401  (the trl extra)
 
 from budget_envs.eval.report import compare_runs  # noqa: E402
 from budget_envs.eval.runner import load_records  # noqa: E402
