@@ -81,17 +81,27 @@ def hash_features(text: str, dim: int, bigrams: bool = True) -> np.ndarray:
     return _hash_words(_WORD.findall(text.lower()), dim, bigrams)
 
 
-def _hash_words(words: list[str], dim: int, bigrams: bool = True) -> np.ndarray:
-    """:func:`hash_features` of a text already split into ``words``."""
+def _buckets(words: list[str], dim: int, bigrams: bool = True) -> np.ndarray:
+    """The bucket of every word (and word pair) of ``words``."""
     grams = words + ([f"{a} {b}" for a, b in zip(words, words[1:])] if bigrams else [])
-    if not grams:
-        return np.zeros(dim, dtype=np.float32)
     crc = zlib.crc32
     buckets = np.fromiter((crc(g.encode()) for g in grams), dtype=np.int64, count=len(grams))
-    out = np.bincount(buckets % dim, minlength=dim).astype(np.float32)
+    return buckets % dim
+
+
+def _scaled_counts(buckets: np.ndarray, dim: int) -> np.ndarray:
+    """Bucket counts, log-scaled and divided by the largest (zeros when there is none)."""
+    if not len(buckets):
+        return np.zeros(dim, dtype=np.float32)
+    out = np.bincount(buckets, minlength=dim).astype(np.float32)
     np.log1p(out, out=out)
     out /= out.max()
     return out
+
+
+def _hash_words(words: list[str], dim: int, bigrams: bool = True) -> np.ndarray:
+    """:func:`hash_features` of a text already split into ``words``."""
+    return _scaled_counts(_buckets(words, dim, bigrams), dim)
 
 
 def _is_id(token: str) -> bool:
@@ -224,10 +234,7 @@ class Featurizer:
         hit = self._grams_cache.get(action)
         if hit is None:
             words = _WORD.findall(action.lower())
-            grams = words + [f"{a} {b}" for a, b in zip(words, words[1:])]
-            crc = zlib.crc32
-            buckets = np.fromiter((crc(g.encode()) for g in grams), np.int64, len(grams))
-            hit = (words, buckets % self.spec.hist_dim)
+            hit = (words, _buckets(words, self.spec.hist_dim))
             if len(self._grams_cache) < 100_000:
                 self._grams_cache[action] = hit
         return hit
@@ -251,12 +258,8 @@ class Featurizer:
                 parts.append(np.array([joint], dtype=np.int64))
             parts.append(buckets)
             prev = words[-1]
-        if parts:
-            vec = np.bincount(np.concatenate(parts), minlength=dim).astype(np.float32)
-            np.log1p(vec, out=vec)
-            vec /= vec.max()
-        else:
-            vec = np.zeros(dim, dtype=np.float32)
+        empty = np.zeros(0, dtype=np.int64)
+        vec = _scaled_counts(np.concatenate(parts) if parts else empty, dim)
         self._hist_key, self._hist_vec = key, vec
         return vec
 
