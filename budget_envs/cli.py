@@ -360,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--num-env-runners",
         type=int,
         default=None,
-        help="remote env runners (default: none on 2 CPUs, else one per CPU but one)",
+        help="remote env runners (default: one per CPU of the local Ray, none on one CPU)",
     )
     rl.add_argument(
         "--num-envs-per-env-runner", type=int, default=None, help="vector envs per runner (16)"

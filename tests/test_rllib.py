@@ -271,3 +271,61 @@ def test_ppo_two_iterations_with_a_remote_runner(ray_session):
         assert runners["invalid_action_rate"] == 0.0  # masked slots are never sampled
     finally:
         algo.stop()
+
+
+def _trained(out: Path) -> tuple[dict, list, dict]:
+    """A policy folder's settings, its metrics without wall times, and its module's weights."""
+    import json
+
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    from budget_envs.integrations.rllib_train import module_path, read_metrics
+
+    meta = json.loads((out / "policy.json").read_text())
+    rows = [{k: v for k, v in r.items() if k != "wall_s"} for r in read_metrics(out)]
+    module = RLModule.from_checkpoint(str(module_path(out).resolve()))
+    weights = {k: v.detach().numpy().copy() for k, v in module.state_dict().items()}
+    return meta["settings"], rows, weights
+
+
+def test_default_runners_spread_sampling_and_repeat_a_seed(ray_session, tmp_path):
+    """On a 2-CPU Ray, `train()`'s defaults sample with one remote runner per CPU; two runs with
+    the same seed give the same metrics and the same weights (runners' envs are seeded by their
+    index, so the runner count is part of what a seed trains). A batch smaller than the default
+    minibatch trains in minibatches of the batch."""
+    from budget_envs.integrations.rllib_train import auto_env_runners, train
+
+    assert auto_env_runners() == 2
+    runs = []
+    for name in ("a", "b"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            train(
+                TOOLUSE,
+                budget=12,
+                env_kwargs={"level": 1},
+                out_dir=tmp_path / name,
+                iterations=2,
+                seed=3,
+                train_batch_size=256,
+                warm_start_episodes=4,
+                warm_start_epochs=2,
+                checkpoint_every=1000,
+            )
+        runs.append(_trained(tmp_path / name))
+    (settings, rows, weights), (_, rows_b, weights_b) = runs
+    assert settings["num_env_runners"] == 2 and settings["minibatch_size"] == 256
+    assert weights.keys() == weights_b.keys() and weights
+    same = [key for key, value in weights.items() if np.array_equal(value, weights_b[key])]
+    assert len(rows) == 2 and rows == rows_b, (same, rows, rows_b)
+    assert same == list(weights)
+
+
+def test_minibatch_larger_than_the_batch_is_a_clear_error(tmp_path):
+    from budget_envs.integrations.rllib_train import train
+
+    with pytest.raises(ValueError, match=r"minibatch_size \(300\) must be at most"):
+        train(
+            TOOLUSE, out_dir=tmp_path / "p", iterations=1, train_batch_size=256, minibatch_size=300
+        )
+    assert not (tmp_path / "p" / "policy.json").exists()

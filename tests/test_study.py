@@ -63,9 +63,12 @@ def test_quick_study_runs_every_stage_and_report_only_reproduces_the_tables(tmp_
     warm = json.loads((root / "warm" / "policy.json").read_text())
     assert warm["warm_start"]["episodes"] == fam.warm_start_episodes
     assert warm["settings"]["warm_start_explore"] == 0.0  # oracle episodes only
-    # the study's own network width and warm-start rate, whatever `budgetmix train` defaults to
+    # the study's own network width, warm-start rate and env runners (the quick study's Ray has
+    # 2 CPUs, where `budgetmix train` would start 2 runners), whatever `train` defaults to
     assert warm["settings"]["hidden"] == spec.hidden
     assert warm["settings"]["warm_start_lr"] == spec.warm_start_lr
+    assert warm["settings"]["num_env_runners"] == spec.env_runners == 0
+    assert warm["settings"]["num_envs_per_env_runner"] == spec.envs_per_runner
     base = json.loads((root / "base" / "policy.json").read_text())
     assert base["warm_start"] == warm["warm_start"] and not (root / "base" / "metrics.csv").exists()
     for arm in spec.rl_arms:
@@ -73,6 +76,7 @@ def test_quick_study_runs_every_stage_and_report_only_reproduces_the_tables(tmp_
         assert meta["budget"] == study.arm_budget(arm, fam.tight, fam.generous)
         assert meta["settings"]["gamma"] == 1.0
         assert meta["warm_start"] == warm["warm_start"]  # resumed from the same checkpoint
+        assert meta["settings"]["num_env_runners"] == spec.env_runners
         rows = (root / arm / "metrics.csv").read_text().splitlines()
         assert len(rows) == 1 + fam.iterations
     # the learning curve's checkpoint: fixed_generous after its first iteration
@@ -301,11 +305,17 @@ def test_spec_checks_and_round_trips(tmp_path):
         grid = sorted(fam.eval_budgets)
         assert grid[0] <= fam.optimal and fam.tight in grid and fam.generous in grid
     assert study.StudySpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
-    # a study.json written before the width and the warm-start rate were fields reads as the
-    # values its policies were trained with
-    older = {k: v for k, v in spec.to_json().items() if k not in ("hidden", "warm_start_lr")}
+    # a study.json written before the width, the warm-start rate and the env runners were
+    # fields reads as the values its policies were trained with
+    pinned = ("hidden", "warm_start_lr", "env_runners", "envs_per_runner")
+    older = {k: v for k, v in spec.to_json().items() if k not in pinned}
     assert study.StudySpec.from_json(older) == spec
-    assert (spec.hidden, spec.warm_start_lr) == (128, 1e-3)
+    assert (spec.hidden, spec.warm_start_lr, spec.env_runners, spec.envs_per_runner) == (
+        128,
+        1e-3,
+        0,
+        16,
+    )
     assert study.arm_budget("mix_log", 5, 12) == "log:5..12"
     assert study.arm_budget("mix", 5, 12) == "5..12" and study.arm_budget("process", 5, 12) == 12
     fields = dict(

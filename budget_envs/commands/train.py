@@ -96,8 +96,6 @@ def _train_rllib(args: argparse.Namespace, common: dict[str, Any], out: TextIO) 
             if getattr(args, dest) is not None
         }
     )
-    if "train_batch_size" in opts:  # minibatches never larger than the batch
-        opts["minibatch_size"] = min(512, opts["train_batch_size"])
     bar: Any = None
 
     def progress(it: int, total: int, row: dict[str, float]) -> None:

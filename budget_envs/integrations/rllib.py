@@ -42,9 +42,11 @@ from budget_envs.integrations.rllib_features import (
 
 __all__ = [
     "DEFAULT_ENV_NAME",
+    "MINIBATCH_SIZE",
     "FeatureSpec",
     "MaskedTextEnv",
     "TooManyActions",
+    "check_minibatch",
     "env_creator",
     "hash_features",
     "ppo_config",
@@ -250,6 +252,35 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+#: Weight syncs a remote env runner may have queued (see :func:`ppo_config`).
+SYNC_REQUESTS_IN_FLIGHT = 64
+#: PPO's minibatch when none is given (or the batch, when it is smaller).
+MINIBATCH_SIZE = 512
+
+
+def check_minibatch(train_batch_size: int, minibatch_size: int | None) -> int:
+    """The minibatch PPO splits a ``train_batch_size`` batch into: ``minibatch_size``, or
+    :data:`MINIBATCH_SIZE` capped at the batch when None.
+
+    Raises:
+        ValueError: either is not a positive int, or the minibatch is larger than the batch
+            (RLlib would stop with its own error when the algorithm is built).
+    """
+    for name, value in (("train_batch_size", train_batch_size), ("minibatch_size", minibatch_size)):
+        if value is None and name == "minibatch_size":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if minibatch_size is None:
+        return min(MINIBATCH_SIZE, train_batch_size)
+    if minibatch_size > train_batch_size:
+        raise ValueError(
+            f"minibatch_size ({minibatch_size}) must be at most train_batch_size "
+            f"({train_batch_size}): PPO splits each batch into minibatches"
+        )
+    return minibatch_size
+
+
 def ppo_config(
     env_config: dict[str, Any],
     *,
@@ -257,7 +288,7 @@ def ppo_config(
     hidden: int = 64,
     embed: int = 64,
     train_batch_size: int = 1024,
-    minibatch_size: int = 512,
+    minibatch_size: int | None = None,
     num_epochs: int = 2,
     lr: float = 3e-4,
     gamma: float = 0.99,
@@ -275,9 +306,11 @@ def ppo_config(
     the offered rows only; ``torch_threads``: torch threads in every process that builds it, None
     leaves torch's default) and :class:`BudgetMetricsCallback` as the callback. Each env runner
     steps ``num_envs_per_env_runner`` envs as one vector env (batched inference);
-    ``num_env_runners=0`` samples in the driver.
+    ``num_env_runners=0`` samples in the driver. ``minibatch_size=None`` is
+    :data:`MINIBATCH_SIZE` or the batch, whichever is smaller (:func:`check_minibatch`).
     """
     _require()
+    minibatch_size = check_minibatch(train_batch_size, minibatch_size)
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
@@ -289,7 +322,14 @@ def ppo_config(
         .environment(env_name, env_config=dict(env_config), disable_env_checking=True)
         .framework("torch")
         .env_runners(
-            num_env_runners=num_env_runners, num_envs_per_env_runner=num_envs_per_env_runner
+            num_env_runners=num_env_runners,
+            num_envs_per_env_runner=num_envs_per_env_runner,
+            # RLlib sends new weights to remote runners without waiting and skips a runner whose
+            # last weights have not landed yet (one request in flight by default): under load a
+            # runner then samples with the weights before the warm start or the last update, and
+            # a seed stops giving one policy. Calls from the driver run in order on each runner,
+            # so with room for them every sample uses the latest weights.
+            max_requests_in_flight_per_env_runner=SYNC_REQUESTS_IN_FLIGHT,
         )
         .training(
             lr=lr,

@@ -161,7 +161,7 @@ def train(
     gamma: float = 0.99,
     max_actions: int = 256,
     train_batch_size: int = 1024,
-    minibatch_size: int = 512,
+    minibatch_size: int | None = None,
     num_epochs: int = 2,
     lr: float = 3e-4,
     entropy_coeff: float = 0.01,
@@ -238,6 +238,7 @@ def train(
             raise ValueError(f"{name} is out of range: {value!r}")
     if not isinstance(gamma, (int, float)) or not 0.0 < float(gamma) <= 1.0:
         raise ValueError(f"gamma must be in (0, 1], got {gamma!r}")
+    minibatch_size = rl.check_minibatch(train_batch_size, minibatch_size)
     out = Path(out_dir)
     ckpt = out / "checkpoint"
     meta_path = out / POLICY_FILE
@@ -458,13 +459,15 @@ def _train_once(algo: Any, iteration: int, max_actions: int) -> dict[str, Any]:
 
 
 def auto_env_runners() -> int:
-    """Remote env runners for the CPUs of the running Ray: none on 2 CPUs or fewer (PPO samples,
-    then learns: a remote runner would idle while the driver learns, and the reverse, so on two
-    cores it buys nothing but messages), else one per CPU but the driver's."""
+    """Remote env runners for the CPUs of the running Ray: one per CPU, none on a single CPU.
+
+    PPO samples, then learns: while the runners sample the driver waits, and while the driver
+    learns the runners wait, so a runner per CPU spreads the sampling (three quarters of an
+    iteration) over every core. On one CPU a remote runner buys nothing but messages."""
     import ray
 
     cpus = int(ray.cluster_resources().get("CPU", 1))
-    return 0 if cpus <= 2 else cpus - 1
+    return 0 if cpus < 2 else cpus
 
 
 def _set_torch_threads(threads: int | None) -> int | None:

@@ -157,6 +157,10 @@ class StudySpec:
     hidden: int = 128
     #: Adam's learning rate of the warm start (the study's own, as ``hidden``).
     warm_start_lr: float = 1e-3
+    #: Remote env runners and envs per runner (the study's own, as ``hidden``: RLlib seeds each
+    #: runner's envs from its index, so the runner count is part of what a seed trains).
+    env_runners: int = 0
+    envs_per_runner: int = 16
     n_boot: int = 2000
     curve: list[Any] | None = None
     trainer: str = "rllib"

@@ -51,6 +51,8 @@ def _common(spec: StudySpec, fam: Family, vis: str, seed: int, num_cpus: int) ->
         num_epochs=fam.num_epochs,
         hidden=spec.hidden,
         num_cpus=num_cpus,
+        num_env_runners=spec.env_runners,
+        num_envs_per_env_runner=spec.envs_per_runner,
     )
 
 
