@@ -329,3 +329,23 @@ def test_minibatch_larger_than_the_batch_is_a_clear_error(tmp_path):
             TOOLUSE, out_dir=tmp_path / "p", iterations=1, train_batch_size=256, minibatch_size=300
         )
     assert not (tmp_path / "p" / "policy.json").exists()
+
+
+def test_local_ray_workers_run_at_the_drivers_priority():
+    """Ray starts workers at niceness 15; the training Ray starts them at the driver's, so env
+    runners are not starved on a busy machine (a fresh process: Ray reads it at start)."""
+    code = (
+        "import os, ray\n"
+        "from budget_envs.integrations.rllib_train import start_local_ray\n"
+        "start_local_ray(1)\n"
+        "nice = ray.get(ray.remote(lambda: os.nice(0)).remote())\n"
+        "print('NICE', nice, os.nice(0))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_worker_niceness"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("NICE"))
+    worker, driver = map(int, line.split()[1:])
+    assert worker == driver

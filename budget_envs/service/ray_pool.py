@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import threading
 import warnings
 from collections import OrderedDict
@@ -41,7 +42,8 @@ def connect_ray(address: str | None = None) -> Any:
     """Import Ray and make sure it is initialized; returns the ``ray`` module.
 
     An initialized Ray is kept as is. Otherwise ``"local"`` (the default) starts a Ray on this
-    machine and ``"auto"`` or an address joins a running cluster.
+    machine (its workers at the driver's priority, not Ray's default niceness 15) and ``"auto"``
+    or an address joins a running cluster.
     """
     from budget_envs._util import import_optional
     from budget_envs.errors import RayUnavailable
@@ -51,6 +53,9 @@ def connect_ray(address: str | None = None) -> Any:
         address = address or "local"
         try:
             if address == "local":
+                # Ray's workers default to niceness 15: on a busy machine the env actors would
+                # wait for every other process (RAY_worker_niceness set by the user wins)
+                os.environ.setdefault("RAY_worker_niceness", "0")
                 ray.init(address="local", include_dashboard=False, log_to_driver=False)
             else:
                 ray.init(address=address, log_to_driver=False)
