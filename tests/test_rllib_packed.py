@@ -81,10 +81,12 @@ def test_packed_log_probs_and_gradients_equal_scoring_every_slot(env_id):
 
 
 @pytest.mark.slow
-def test_slots_grow_when_a_state_offers_more_than_the_policy_has(tmp_path):
+@pytest.mark.parametrize("runners", [0, 2], ids=["driver", "remote-runners"])
+def test_slots_grow_when_a_state_offers_more_than_the_policy_has(tmp_path, runners):
     """``max_actions=8`` on ToolUse level 1 (states offer up to ~140 actions): training does not
     die, it grows its slots, carries its weights over and ends; the policy then plays states with
-    more actions than it was ever given slots for."""
+    more actions than it was ever given slots for. With remote env runners too (RLlib ends a
+    runner whose env raises without passing the error on)."""
     import json
 
     from budget_envs.eval.agents import make_agent
@@ -102,8 +104,10 @@ def test_slots_grow_when_a_state_offers_more_than_the_policy_has(tmp_path):
         minibatch_size=128,
         warm_start_episodes=2,
         warm_start_epochs=1,
+        num_env_runners=runners,
     )
     meta = json.loads((out / "policy.json").read_text())
+    assert meta["settings"]["num_env_runners"] == runners
     grown = meta.get("slots_grown") or []
     assert grown and grown[0]["iteration"] == 1, meta
     assert meta["features"]["max_actions"] == grown[-1]["to"] > 8

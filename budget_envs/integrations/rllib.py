@@ -21,6 +21,7 @@ empty action: an invalid turn that still counts.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -89,6 +90,9 @@ class MaskedTextEnv(gym.Env):
             which PPO's advantage estimate bootstraps with the value of the last state: an
             episode cut by the budget then earns what the policy could still have won, and a
             policy trained so is not pushed to finish within T.
+        error_file: where an error raised by ``reset`` or ``step`` is written (one JSON line:
+            its type and message) before it propagates. RLlib ends a remote env runner that
+            raises without passing the error on, so the trainer reads it here (same machine).
 
     ``info`` is cut to :data:`INFO_KEYS`; :attr:`commands` holds this state's actions
     (slot k plays ``commands[k]``).
@@ -116,8 +120,10 @@ class MaskedTextEnv(gym.Env):
         seed_offset: int = 0,
         env_kwargs: dict[str, Any] | None = None,
         budget_terminal: bool = True,
+        error_file: str | None = None,
     ) -> None:
         warn_within = 3
+        self.error_file = None if error_file is None else str(error_file)
         self.budget_terminal = bool(budget_terminal)
         env, _ = env_and_maker(
             env,
@@ -172,10 +178,29 @@ class MaskedTextEnv(gym.Env):
     def _slim(info: dict[str, Any]) -> dict[str, Any]:
         return {k: info[k] for k in INFO_KEYS if k in info}
 
+    def _record_error(self, exc: BaseException) -> None:
+        if self.error_file is None:
+            return
+        line = json.dumps({"type": type(exc).__name__, "message": str(exc)})
+        try:
+            with open(self.error_file, "a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+        except OSError:
+            pass  # the error itself still propagates
+
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Reset the BudgetMix env (the seed goes to it and to its budget draws)."""
+        try:
+            return self._reset(seed=seed, options=options)
+        except Exception as exc:
+            self._record_error(exc)
+            raise
+
+    def _reset(
+        self, *, seed: int | None, options: dict[str, Any] | None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         if seed is not None:
             seed = int(seed) + self._seed_offset
         super().reset(seed=seed)
@@ -187,6 +212,13 @@ class MaskedTextEnv(gym.Env):
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         """Play the action in slot ``action``; an empty slot is an invalid (empty) turn."""
+        try:
+            return self._step(action)
+        except Exception as exc:
+            self._record_error(exc)
+            raise
+
+    def _step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         index = int(action)
         command = self.commands[index] if 0 <= index < len(self.commands) else ""
         self.turns += 1
@@ -351,6 +383,10 @@ def ppo_config(
             )
         )
         .callbacks(rllib_module.BudgetMetricsCallback)
+        # An error in an env is a fact about the env or the policy's slots (TooManyActions), not
+        # a lost machine: RLlib's default restarts the runner and trains on without its samples,
+        # so the error never reaches the caller. Let it surface.
+        .fault_tolerance(restart_failed_env_runners=False, ignore_env_runner_failures=False)
         .debugging(seed=seed)
     )
     return config

@@ -264,6 +264,7 @@ def train(
         "process_reward": process_reward,
         "process_max_cost": process_max_cost,
         "budget_terminal": budget_terminal,
+        "error_file": str((out / RUNNER_ERROR_FILE).resolve()),
     }
     if budget is not DEFAULT_BUDGET:
         env_config["budget"] = budget
@@ -363,7 +364,7 @@ def train(
             it = done + 1
             while it <= iterations:
                 try:
-                    result = _train_once(algo, it, features["max_actions"])
+                    result = _train_once(algo, it, features["max_actions"], out / RUNNER_ERROR_FILE)
                 except TooManyActions as exc:
                     slots = _grown_slots(features["max_actions"], exc)
                     if slots is None or not grow_slots:
@@ -444,24 +445,64 @@ def _rebuild(algo: Any, build: Callable[[int], Any], slots: int, out: Path) -> A
     return algo
 
 
-def _train_once(algo: Any, iteration: int, max_actions: int) -> dict[str, Any]:
-    """One ``algo.train()``; a state with too many actions, wherever it was sampled (a remote
-    runner wraps it), comes out as one :class:`TooManyActions` that says what to do."""
+#: The file (in the output folder) where env runners write the error that ends them.
+RUNNER_ERROR_FILE = ".runner-error.jsonl"
+
+
+def _train_once(
+    algo: Any, iteration: int, max_actions: int, error_file: Path | None = None
+) -> dict[str, Any]:
+    """One ``algo.train()``; a state with too many actions, wherever it was sampled, comes out as
+    one :class:`TooManyActions` that says what to do.
+
+    A remote env runner whose env raises is ended by RLlib, and the driver only learns that the
+    actor died: the env wrote its error to ``error_file`` first, and it is raised from here
+    (an env error of another kind as a ``RuntimeError`` that quotes it)."""
+    if error_file is not None:
+        error_file.unlink(missing_ok=True)
     try:
         return algo.train()
-    except Exception as exc:  # an env runner's error may arrive wrapped by Ray
+    except Exception as exc:  # an env runner's error may arrive wrapped by Ray, or not at all
+        recorded = _runner_errors(error_file)
+        overflow = next((r for r in recorded if r.get("type") == "TooManyActions"), None)
         seen: set[int] = set()
         cause: BaseException | None = exc
         while cause is not None and id(cause) not in seen and not isinstance(cause, TooManyActions):
             seen.add(id(cause))
             cause = getattr(cause, "cause", None) or cause.__cause__ or cause.__context__
-        if cause is None and "TooManyActions" not in str(exc):
+        if cause is None and overflow is None and "TooManyActions" not in str(exc):
+            if recorded:
+                last = recorded[-1]
+                raise RuntimeError(
+                    f"iteration {iteration}: an env runner's env raised "
+                    f"{last.get('type')}: {last.get('message')}"
+                ) from exc
             raise
-        first = str(cause or exc).strip().splitlines()[-1]
+        text = overflow["message"] if overflow is not None else str(cause or exc)
+        first = text.strip().splitlines()[-1]
         raise TooManyActions(
             f"iteration {iteration}: {first}. max_actions={max_actions} is too few for this env: "
             "train again with a larger --max-actions (the slots cost memory, not network time)"
         ) from None
+
+
+def _runner_errors(error_file: Path | None) -> list[dict[str, Any]]:
+    """The errors env runners wrote to ``error_file`` (none when it is missing or unreadable)."""
+    if error_file is None:
+        return []
+    try:
+        lines = error_file.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    errors = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by the runner's death
+        if isinstance(row, dict):
+            errors.append(row)
+    return errors
 
 
 def auto_env_runners() -> int:
