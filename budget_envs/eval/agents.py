@@ -154,6 +154,7 @@ AGENT_KINDS: dict[str, Callable[..., Any] | str] = {
     "oracle": OracleAgent,
     "chat": "budget_envs.eval.chat:ChatAgent",
     "policy": "budget_envs.integrations.policy_agent:PolicyAgent",
+    "lm": "budget_envs.integrations.lm.agent:LMAgent",
 }
 
 
