@@ -28,7 +28,11 @@ system-deps:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium is missing: install Debian's 'chromium' package" >&2; exit 1; fi; }
 
+# The language model the lm agent and its tests play (converted once into the cache; a second
+# call prints the folder at once, with no network).
+MODEL ?= smollm2-135m
 setup: $(VENV)/.installed
+	$(BIN)/budgetmix prepare model $(MODEL) --quiet >/dev/null
 
 demo: setup
 	$(BIN)/budgetmix demo --out $(DEMO_OUT)

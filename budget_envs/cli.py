@@ -243,7 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--env-kwargs", type=_json_dict, default=None)
 
     pr = sub.add_parser(
-        "prepare", help="generate and cache a family's files (budgetmix prepare FAMILY --help)"
+        "prepare",
+        help="generate and cache a family's files (budgetmix prepare FAMILY --help), or "
+        "prepare a language model (budgetmix prepare model NAME)",
     )
     pr.add_argument("family")
     pr.add_argument("rest", nargs=argparse.REMAINDER)

