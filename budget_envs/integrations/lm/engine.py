@@ -262,3 +262,8 @@ class BatchGenerator:
                 kv.append((k, v))
             conv.kv = kv
             conv.cached = base + grown
+        # The slot cache's layers point back at it (a cycle only the garbage collector frees):
+        # drop its buffers now, or every call's buffers wait for a collection.
+        for layer in slots.layers:
+            layer.keys = layer.values = None
+        slots.layers.clear()

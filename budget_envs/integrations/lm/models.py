@@ -123,7 +123,10 @@ def _convert(gguf: Path, out: Path) -> dict[str, int]:
         str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
     )
     # A GGUF-loaded model refuses save_pretrained: copy its weights into a plain one.
-    plain = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):  # the folder holds plain fp32 weights
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(loaded.state_dict())
     plain.generation_config = loaded.generation_config
     plain.save_pretrained(str(out), safe_serialization=True)
