@@ -26,7 +26,7 @@ from budget_envs.commands.report import cmd_compare, cmd_report
 from budget_envs.commands.serve import cmd_export_webshop, cmd_serve, cmd_serve_web
 from budget_envs.commands.serve import dispatch as _dispatch  # noqa: F401  (tests)
 from budget_envs.commands.study import cmd_study
-from budget_envs.commands.train import cmd_train
+from budget_envs.commands.train import SFT_KWARGS_HELP, cmd_train
 from budget_envs.errors import UsageError
 
 __all__ = ["main"]
@@ -274,14 +274,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t = sub.add_parser(
         "train",
-        help="train a policy (RLlib PPO or TRL GRPO) into a policy folder",
+        help="train a policy (RLlib PPO, TRL GRPO, or SFT of a language model) into a folder",
         description="Train a policy into a policy folder that `budgetmix eval --agent "
         "NAME=policy:DIR` plays. The options under 'RLlib only' are a usage error with "
         "--trainer trl; TRL's own settings go in --trl-kwargs (a usage error with --trainer "
         "rllib).",
     )
     t.add_argument("env_id", metavar="ENV_ID")
-    t.add_argument("--trainer", choices=("rllib", "trl"), default="rllib")
+    t.add_argument("--trainer", choices=("rllib", "trl", "sft"), default="rllib")
     t.add_argument(
         "--budget",
         default=None,
@@ -339,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
         '{"model": "Qwen/Qwen3-0.6B", "num_generations": 4, "prompts": 64, '
         '"warm_start_steps": 60, "max_completion_length": 512, "max_turn_tokens": 24}',
     )
+    t.add_argument("--sft-kwargs", type=_json_dict, metavar="JSON", help=SFT_KWARGS_HELP)
     rl = t.add_argument_group("RLlib only (a usage error with --trainer trl)")
     rl.add_argument("--gamma", type=float, default=None, help="discount (default 0.99)")
     rl.add_argument("--resume", action="store_true", help="continue the checkpoint in DIR")

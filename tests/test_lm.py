@@ -248,3 +248,43 @@ def test_reply_actions_never_hold_a_newline():
     for text in hostile:
         assert "\n" not in reply_action(text), text[:40]
     assert reply_action("```\ntake key\n```") == "take key"
+
+
+# ---------------------------------------------------------------------- SFT
+def test_trainer_sft_writes_a_folder_that_plays_as_lm_and_as_policy(folder, tmp_path):
+    out = tmp_path / "sft"
+    sft = json.dumps({"model": "scratch", "episodes": 6, "max_steps": 3, "scratch_hidden": 64})
+    argv = ["train", "BudgetMix/ToolUse-v0", "--trainer", "sft", "--budget", "8"]
+    argv += ["--env-kwargs", '{"level": 1, "world_seed": 0}', "--sft-kwargs", sft]
+    assert main([*argv, "--out", str(out), "--quiet"]) == 0
+    meta = json.loads((out / "budgetmix_policy.json").read_text())
+    assert meta["trainer"] == "sft" and meta["steps"] == 3 and meta["rows"] == 6
+    assert 0 < meta["trained_tokens"] < meta["tokens"]
+    metrics = (out / "metrics.csv").read_text().splitlines()
+    assert metrics[0].startswith("step,") and len(metrics) == 4
+    rows = [json.loads(line) for line in (out / "sft_rows.jsonl").read_text().splitlines()]
+    assert all(r["messages"][0]["role"] == "system" for r in rows)
+    assert any(not t["oracle"] for r in rows for t in r["turns"])  # explored, not trained on
+    for spec in (f"sft=lm:model={out},temperature=0,max_tokens=8", f"sft=policy:{out}"):
+        recs = _eval(tmp_path / spec[:6].replace(":", ""), "BudgetMix/ToolUse-v0", "ToolUse", spec)
+        assert recs[0]["error"] is None and recs[0]["turns"] >= 1
+    # the same folder again is refused, not overwritten
+    assert main([*argv, "--out", str(out), "--quiet"]) == 2
+
+
+def test_sft_labels_only_the_oracles_actions(net):
+    from budget_envs.integrations.lm.sft import encode_row
+
+    _, tok = net
+    row = {
+        "system": "Play.",
+        "first": "You see a door.",
+        "turns": [
+            {"action": "dance", "oracle": False, "observation": "Nothing happens."},
+            {"action": "open door", "oracle": True, "observation": None},
+        ],
+    }
+    enc = encode_row(tok, row, 4096)
+    trained = [t for t in enc["labels"] if t != -100]
+    assert tok.decode(trained) == "open door<|im_end|>"
+    assert len(enc["input_ids"]) == len(enc["labels"])

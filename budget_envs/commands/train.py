@@ -13,7 +13,13 @@ from typing import Any, TextIO
 from budget_envs.commands.common import StageBars, check_env_ids, missing_modules, pip_extra
 from budget_envs.errors import TooManyActions, UsageError
 
-__all__ = ["cmd_train"]
+__all__ = ["SFT_KWARGS_HELP", "cmd_train"]
+
+#: ``--sft-kwargs``' help (the fields of :class:`budget_envs.integrations.lm.sft.SFTSettings`).
+SFT_KWARGS_HELP = (
+    '(sft only) SFTSettings fields, e.g. {"model": "scratch", "episodes": 200, "epochs": 3}; '
+    'a pretrained model trains a LoRA adapter: {"model": "smollm2-135m", "episodes": 40}'
+)
 
 #: The options only the RLlib trainer takes (None in the parser: given or not); their defaults
 #: are those of :func:`budget_envs.integrations.rllib_train.train`.
@@ -40,7 +46,7 @@ _SHARED = {
     "process_reward": ("process_reward", "process_reward"),
 }
 #: Iterations when --iterations is not given: PPO iterations (rllib), GRPO steps (trl).
-DEFAULT_ITERATIONS = {"rllib": 50, "trl": 20}
+DEFAULT_ITERATIONS = {"rllib": 50, "trl": 20, "sft": None}
 
 
 def _flag(dest: str) -> str:
@@ -70,6 +76,8 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
     )
     if args.trainer == "trl":
         return _train_trl(args, common, out)
+    if args.trainer == "sft":
+        return _train_sft(args, common, out)
     return _train_rllib(args, common, out)
 
 
@@ -83,7 +91,98 @@ def _eval_hint(args: argparse.Namespace, folder: Any) -> str:
     )
 
 
+def _train_sft(args: argparse.Namespace, common: dict[str, Any], out: TextIO) -> int:
+    """``--trainer sft``: TRL's SFTTrainer on oracle demonstrations, rendered as the lm agent
+    plays (:func:`budget_envs.integrations.lm.sft.train_sft`)."""
+    given = [k for k in _RLLIB_ONLY if getattr(args, k, None) is not None]
+    given += ["resume"] if args.resume else []
+    given += ["trl_kwargs"] if args.trl_kwargs is not None else []
+    given += [k for k in ("process_reward", "warm_start_lr") if getattr(args, k) is not None]
+    if given:
+        flags = ", ".join(_flag(k) for k in given)
+        raise UsageError(f"{flags}: not an option of --trainer sft (its settings: --sft-kwargs)")
+    if missing_modules("trl", "peft"):
+        raise UsageError(f"--trainer sft needs the lm extra: {pip_extra('lm')}")
+    from budget_envs.integrations.lm.sft import SFTSettings, train_sft
+
+    values = dict(args.sft_kwargs or {})
+    for flag, key in (("batch_size", "batch_size"), ("lr", "learning_rate")):
+        if getattr(args, flag) is not None:
+            values[key] = getattr(args, flag)
+    if args.warm_start_episodes is not None:
+        values["episodes"] = args.warm_start_episodes
+    if args.iterations is not None:
+        values["max_steps"] = args.iterations
+    try:
+        settings = SFTSettings.from_mapping(values)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--sft-kwargs: {exc}") from None
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    bars = {"data": None, "steps": None}
+
+    def on_row(_row: dict[str, Any]) -> None:
+        if args.quiet:
+            return
+        if bars["data"] is None:
+            from tqdm import tqdm
+
+            bars["data"] = tqdm(
+                total=settings.episodes, desc="demonstrations", unit="ep", file=sys.stderr
+            )
+        bars["data"].update(1)
+
+    def progress(row: dict[str, Any]) -> None:
+        if args.quiet:
+            return
+        if bars["steps"] is None:
+            from tqdm import tqdm
+
+            if bars["data"] is not None:
+                bars["data"].close()
+            bars["steps"] = tqdm(desc="SFT", unit="step", file=sys.stderr)
+        bars["steps"].update(int(row["step"]) - bars["steps"].n)
+        bars["steps"].set_postfix(loss=f"{float(row['loss']):.3f}")
+
+    kwargs = {k: v for k, v in common.items() if k not in ("iterations", "out_dir")}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            result = train_sft(
+                args.env_id,
+                out_dir=args.out,
+                settings=settings,
+                progress=progress,
+                on_row=on_row,
+                **kwargs,
+            )
+    except (FileExistsError, FileNotFoundError, ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        for bar in bars.values():
+            if bar is not None:
+                bar.close()
+    import shlex
+
+    env_kwargs = (
+        f" --env-kwargs {shlex.quote(json.dumps(args.env_kwargs))}" if args.env_kwargs else ""
+    )
+    print(
+        f"{result['steps']} SFT steps on {result['rows']} demonstrations ({result['trained_tokens']}"
+        f" of {result['tokens']} tokens trained) in {result['wall_s']:.0f} s; mean loss "
+        f"{result['train_loss']:.3f}. Model in {result['out_dir']} ({result['parameters']:,} "
+        "parameters; metrics.csv).\n"
+        f"Next: budgetmix eval {args.env_id} --agent 'sft=lm:model={result['out_dir']}' "
+        f"--visibility {args.visibility}{env_kwargs} --tasks 10 --samples 4 --out RUN",
+        file=out,
+    )
+    return 0
+
+
 def _train_rllib(args: argparse.Namespace, common: dict[str, Any], out: TextIO) -> int:
+    if args.sft_kwargs is not None:
+        raise UsageError("--sft-kwargs is for --trainer sft")
     if args.trl_kwargs is not None:
         raise UsageError("--trl-kwargs is for --trainer trl; --trainer rllib takes its own flags")
     if missing_modules("ray", "torch"):
@@ -171,6 +270,8 @@ class _GRPOBar:
 def _train_trl(args: argparse.Namespace, common: dict[str, Any], out: TextIO) -> int:
     import inspect
 
+    if args.sft_kwargs is not None:
+        raise UsageError("--sft-kwargs is for --trainer sft")
     given = [k for k in _RLLIB_ONLY if getattr(args, k, None) is not None]
     given += ["resume"] if args.resume else []
     if given:

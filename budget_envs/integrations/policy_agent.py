@@ -98,6 +98,24 @@ class PolicyAgent:
         self._rng = np.random.default_rng(seed)
 
     def _load_hf(self, folder: Path) -> Any:
+        trained = folder / "budgetmix_policy.json"
+        if trained.is_file():
+            try:
+                meta = json.loads(trained.read_text(encoding="utf-8"))
+            except ValueError as exc:
+                raise ValueError(f"{trained} is not valid JSON ({exc})") from None
+            if isinstance(meta, dict) and meta.get("trainer") == "sft":
+                # What `--trainer sft` wrote plays as the lm agent renders it.
+                from budget_envs.integrations.lm.agent import LMAgent
+
+                return LMAgent(
+                    model=str(folder),
+                    seed=self.seed,
+                    check_visibility=self.check_visibility,
+                    show_actions=bool(meta.get("settings", {}).get("show_actions", True)),
+                    temperature=0.0 if self.greedy else 0.7,
+                    name=f"policy:{folder.name}",
+                )
         try:
             from budget_envs.integrations import trl
         except ImportError as exc:

@@ -43,7 +43,15 @@ from budget_envs.eval.prompts import (
 )
 from budget_envs.integrations.lm.engine import BatchGenerator, Conversation, Request
 
-__all__ = ["LMAgent", "LMEpisode", "load_lm", "render_first", "render_system"]
+__all__ = [
+    "LMAgent",
+    "LMEpisode",
+    "episode_dialogue",
+    "load_lm",
+    "next_text",
+    "render_first",
+    "render_system",
+]
 
 #: Appended to a tool-using family's system prompt when the chat template has no tool support.
 TOOL_FORMAT = (
@@ -82,6 +90,23 @@ def render_first(observation: str, info: Mapping[str, Any], show: bool, limit: i
     if goal and isinstance(goal, str) and goal not in observation:
         first = f"Goal: {goal}\n\n{observation}"
     return with_actions(first, info, limit) if show else first
+
+
+def episode_dialogue(tok: Any, env_id: str, info: Mapping[str, Any], native_tools: bool) -> Any:
+    """The token renderer of an episode (the lm agent's, and its SFT data's): the system
+    prompt and, when the chat template carries tools, the env's tools."""
+    from budget_envs.integrations.trl.dialogue import _Dialogue
+
+    kwargs: dict[str, Any] = {}
+    tools = info.get("tools")
+    if tools and native_tools:
+        kwargs["tools"] = list(tools)
+    return _Dialogue(tok, render_system(env_id, info, native_tools=native_tools), kwargs)
+
+
+def next_text(observation: str, info: Mapping[str, Any], show: bool, limit: int) -> str:
+    """A later user message: the observation and, with ``show``, the offered actions."""
+    return with_actions(observation, info, limit) if show else observation
 
 
 def load_lm(model: str, *, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
@@ -341,16 +366,8 @@ class LMEpisode:
         info: Mapping[str, Any],
         seed: int,
     ) -> None:
-        from budget_envs.integrations.trl.dialogue import _Dialogue
-
         self.agent = agent
-        tok = agent._tok
-        kwargs: dict[str, Any] = {}
-        tools = info.get("tools")
-        if tools and agent._native_tools:
-            kwargs["tools"] = list(tools)
-        system = render_system(env_id, info, native_tools=agent._native_tools)
-        self.dialogue = _Dialogue(tok, system, kwargs)
+        self.dialogue = episode_dialogue(agent._tok, env_id, info, agent._native_tools)
         first = render_first(observation, info, agent.show_actions, agent.max_actions)
         self.conv = Conversation(ids=self.dialogue.prompt_ids(first))
         self.seed = int(seed)
@@ -363,9 +380,7 @@ class LMEpisode:
         self._usage = {"prompt_tokens": 0, "completion_tokens": 0, "requests": 0}
 
     def _observe(self, observation: str, info: Mapping[str, Any]) -> None:
-        text = observation
-        if self.agent.show_actions:
-            text = with_actions(observation, info, self.agent.max_actions)
+        text = next_text(observation, info, self.agent.show_actions, self.agent.max_actions)
         ids = self.dialogue.env_ids(text, reply_ended=self._ended)
         self.conv.ids.extend(ids)
         self._new = len(ids)

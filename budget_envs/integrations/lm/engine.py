@@ -183,16 +183,16 @@ class BatchGenerator:
         steps = max(requests[i].max_new_tokens for i in live) - 1
         rows = len(live)
         slots.reserve(width + steps)
-        layers = len(convs[0].kv)
-        for layer in range(layers):
+        for layer in range(len(convs[0].kv)):
             k0, v0 = convs[0].kv[layer]
-            keys = k0.new_zeros((rows, k0.shape[1], width, k0.shape[3]))
-            values = v0.new_zeros((rows, v0.shape[1], width, v0.shape[3]))
-            for row, conv in enumerate(convs):
+            empty = k0.new_zeros((rows, k0.shape[1], 0, k0.shape[3]))
+            slots.update(empty, empty, layer)  # allocates the layer's zeroed buffers
+            buffers = slots.layers[layer]
+            for row, conv in enumerate(convs):  # each row right-aligned, in place
                 k, v = conv.kv[layer]
-                keys[row, :, width - k.shape[2] :] = k[0]
-                values[row, :, width - v.shape[2] :] = v[0]
-            slots.update(keys, values, layer)
+                buffers.keys[row, :, width - k.shape[2] : width] = k[0]
+                buffers.values[row, :, width - v.shape[2] : width] = v[0]
+            buffers.length = width
         low = torch.finfo(self.dtype).min
         bias = torch.full((rows, width + steps), low, dtype=self.dtype, device=self.device)
         for row, n in enumerate(lengths):
