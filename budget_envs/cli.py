@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from budget_envs.commands.demo import cmd_demo
 from budget_envs.commands.eval import cmd_eval
-from budget_envs.commands.export_sft import cmd_export_sft
+from budget_envs.commands.export_sft import EXPORT_FORMAT_HELP, cmd_export_sft
 from budget_envs.commands.listing import cmd_list
 from budget_envs.commands.play import cmd_play
 from budget_envs.commands.prepare import cmd_prepare
@@ -98,8 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="[NAME=]SPEC",
         help="random | oracle | oracle:epsilon=0.3 | chat:base_url=URL,model=NAME[,temperature=0.7,"
         'max_tokens=256,stop=["\\n"],extra_body={...},api_key_env=VAR,concurrency=64,...] | '
-        "policy:DIR[,greedy=true,check_visibility=false]; values are JSON when they parse "
-        "(repeatable; see docs/llm-agents.md and docs/training.md)",
+        "policy:DIR[,greedy=true] | lm:model=smollm2-135m[,temperature=0.7,max_tokens=64]; "
+        "values are JSON when they parse (repeatable; see docs/llm-agents.md, docs/training.md)",
     )
     e.add_argument(
         "--agent-config",
@@ -203,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--env-kwargs", type=_json_dict, default=None, help="JSON constructor kwargs")
     x.add_argument("--seed", type=int, default=0)
     x.add_argument("--quiet", action="store_true", help="no progress bar")
+    x.add_argument("--format", default="chat", choices=("chat", "lm"), help=EXPORT_FORMAT_HELP)
 
     r = sub.add_parser("report", help="tables and figures of a run")
     r.add_argument("run", metavar="RUN")

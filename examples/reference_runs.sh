@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
 OUT=${OUT:-study/reference}
 export HF_HUB_OFFLINE=1
-AGENT='smol=lm:model=smollm2-135m,temperature=0.7,max_tokens=32'
+AGENT='smol=lm:model=smollm2-135m,temperature=0.7,max_tokens=32,concurrency=20'
 declare -A KW=(
   [tooluse]='BudgetMix/ToolUse-v0|{"level": 1, "world_seed": 1}'
   [webshop]='BudgetMix/WebShop-v0|{"level": 2, "tasks_per_level": 50, "split": "test"}'

@@ -288,3 +288,78 @@ def test_sft_labels_only_the_oracles_actions(net):
     trained = [t for t in enc["labels"] if t != -100]
     assert tok.decode(trained) == "open door<|im_end|>"
     assert len(enc["input_ids"]) == len(enc["labels"])
+
+
+def test_chat_agent_lists_the_offered_actions_when_asked():
+    import gymnasium as gym
+
+    from budget_envs.eval.chat import ChatAgent
+
+    env = gym.make("BudgetMix/ToolUse-v0", level=1)
+    obs, info = env.reset(seed=0)
+    for show in (True, False):
+        agent = ChatAgent(base_url="http://127.0.0.1:9/v1", model="m", show_actions=show)
+        episode = agent.open_episode(
+            env_id="BudgetMix/ToolUse-v0", observation=obs, info=info, seed=0
+        )
+        first = episode.messages[1]["content"]
+        assert ("Actions you can take:" in first) is show
+        assert (info["candidate_actions"][0] in first) is show
+        episode.teacher_force(info["candidate_actions"][0], obs, info)
+        assert ("Actions you can take:" in episode.messages[-1]["content"]) is show
+    env.close()
+
+
+def test_a_qwen3_model_folder_plays_and_trains(net, tmp_path):
+    """The GPU route's model class (Qwen3), offline: a random-initialised Qwen3 config folder
+    with SmolLM2's tokenizer plays through lm: and fine-tunes with --trainer sft."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    _, tok = net
+    config = Qwen3Config(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=8192,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(0)
+    folder_ = tmp_path / "qwen3"
+    Qwen3ForCausalLM(config).save_pretrained(folder_)
+    tok.save_pretrained(folder_)
+    spec = f"q=lm:model={folder_},temperature=0,max_tokens=6,device=cpu"
+    first = _eval(tmp_path / "a", "BudgetMix/ToolUse-v0", "ToolUse", spec)
+    again = _eval(tmp_path / "b", "BudgetMix/ToolUse-v0", "ToolUse", spec)
+    assert first[0]["error"] is None and first[0]["actions"] == again[0]["actions"]
+    out = tmp_path / "sft"
+    sft = json.dumps({"model": str(folder_), "episodes": 2, "max_steps": 1, "lora": False})
+    argv = ["train", "BudgetMix/ToolUse-v0", "--trainer", "sft", "--budget", "6"]
+    argv += ["--env-kwargs", '{"level": 1}', "--sft-kwargs", sft, "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    assert json.loads((out / "budgetmix_policy.json").read_text())["steps"] == 1
+
+
+def test_export_sft_lm_rows_train_with_sft(folder, tmp_path):
+    rows_dir = tmp_path / "rows"
+    argv = ["export-sft", "BudgetMix/ToolUse-v0", "--tasks", "4", "--out", str(rows_dir)]
+    argv += ["--format", "lm", "--agent", "oracle-eps0.5", "--budget", "8", "--quiet"]
+    assert main([*argv, "--env-kwargs", '{"level": 1}']) == 0
+    rows = [json.loads(x) for x in (rows_dir / "train.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and all("Actions you can take:" in r["first"] for r in rows)
+    assert not list(rows_dir.glob(".train-*"))  # no temp file left behind
+    sft = json.dumps({"model": "scratch", "data": str(rows_dir / "train.jsonl"), "max_steps": 1})
+    out = tmp_path / "sft"
+    argv = ["train", "BudgetMix/ToolUse-v0", "--trainer", "sft", "--sft-kwargs", sft]
+    assert main([*argv, "--out", str(out), "--quiet"]) == 0
+    assert json.loads((out / "budgetmix_policy.json").read_text())["rows"] == 4
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": []}\n')
+    sft = json.dumps({"model": "scratch", "data": str(bad)})
+    argv = ["train", "BudgetMix/ToolUse-v0", "--trainer", "sft", "--sft-kwargs", sft]
+    assert main([*argv, "--out", str(tmp_path / "x"), "--quiet"]) == 2

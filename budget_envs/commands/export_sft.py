@@ -4,13 +4,77 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any, TextIO
 
 from budget_envs.commands.common import check_env_ids, options_named
 from budget_envs.errors import UsageError
 
-__all__ = ["cmd_export_sft"]
+__all__ = ["EXPORT_FORMAT_HELP", "cmd_export_sft"]
+
+#: ``--format``'s help.
+EXPORT_FORMAT_HELP = (
+    "chat (default): transcript rows of chat messages; lm: rows rendered as the lm agent plays, "
+    "the offered actions listed (what budgetmix train --trainer sft reads: "
+    '--sft-kwargs \'{"data": "DIR/train.jsonl"}\')'
+)
+
+
+def _export_lm(args: argparse.Namespace, out: TextIO) -> int:
+    """``--format lm``: demonstration rows of :func:`budget_envs.integrations.lm.sft.demonstrations`
+    (oracle, with ``oracle-eps[E]``'s share of random turns carrying no loss)."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from budget_envs.eval.sft import sft_agent_spec
+    from budget_envs.integrations.lm.sft import demonstrations
+
+    spec = sft_agent_spec(args.agent)
+    if spec == "oracle":
+        explore = 0.0
+    elif spec.startswith("oracle:epsilon="):
+        explore = float(spec.partition("=")[2])
+    else:
+        raise UsageError(
+            f"--format lm plays the oracle (oracle or oracle-eps[E]), not {args.agent!r}"
+        )
+    folder = Path(args.out)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{args.split}.jsonl"
+    bar: Any = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(total=args.tasks, desc="export-sft", unit="ep", file=sys.stderr, leave=False)
+    kwargs = {**(args.env_kwargs or {}), "split": args.split}
+    budget = {} if args.budget is None else {"budget": args.budget}
+    try:
+        rows = demonstrations(
+            args.env_id,
+            episodes=args.tasks,
+            visibility=args.visibility,
+            env_kwargs=kwargs,
+            seed=args.seed,
+            explore=explore,
+            on_row=(lambda _row: bar.update(1)) if bar is not None else None,
+            **budget,
+        )
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        if bar is not None:
+            bar.close()
+    # A temp file of its own, then one rename: two exports into one folder never mix rows.
+    fd, tmp = tempfile.mkstemp(prefix=f".{args.split}-", suffix=".jsonl", dir=folder)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, sort_keys=True) + "\n")
+    os.replace(tmp, target)
+    won = sum(1 for r in rows if r["won"])
+    print(f"{len(rows)} episodes written to {target} ({won} won; lm format).", file=out)
+    return 0
 
 
 def cmd_export_sft(args: argparse.Namespace, out: TextIO) -> int:
@@ -24,6 +88,8 @@ def cmd_export_sft(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError(f"--tasks must be at least 1, got {args.tasks}")
     if args.budget is not None and args.budget < 1:
         raise UsageError(f"--budget must be at least 1, got {args.budget}")
+    if getattr(args, "format", "chat") == "lm":
+        return _export_lm(args, out)
     bar: Any = None
 
     def start(total: int) -> None:

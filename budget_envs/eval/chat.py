@@ -37,7 +37,7 @@ from typing import Any
 
 from budget_envs._util import require, tool_calls_action
 from budget_envs.errors import AgentError, PreflightError
-from budget_envs.eval.prompts import DEFAULT_PROMPTS, system_prompt
+from budget_envs.eval.prompts import DEFAULT_PROMPTS, system_prompt, with_actions
 
 __all__ = ["ChatAgent", "ChatEpisode", "Clock", "split_reasoning"]
 
@@ -181,6 +181,8 @@ class ChatAgent:
             ``"never"`` does not.
         concurrency: requests in flight per process in the async driver (live episodes); the
             default keeps a batching server busy.
+        show_actions: list the env's offered actions (``info["candidate_actions"]``) under every
+            observation, as published ALFWorld and WebShop agent prompts do.
         clock: wall time and sleeping (tests inject one); default the real ones.
         name: the agent's name in records (default ``chat:MODEL``).
     """
@@ -210,6 +212,7 @@ class ChatAgent:
         prompts: Mapping[str, str] | None = None,
         tools: str = "auto",
         concurrency: int = 64,
+        show_actions: bool = False,
         clock: Clock | None = None,
         name: str | None = None,
     ) -> None:
@@ -276,6 +279,9 @@ class ChatAgent:
             )
         if tools not in ("auto", "never"):
             raise ValueError(f"tools must be 'auto' or 'never', got {tools!r}")
+        if not isinstance(show_actions, bool):
+            raise ValueError(f"show_actions must be true or false, got {show_actions!r}")
+        self.show_actions = show_actions
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key_env = api_key_env
@@ -547,6 +553,8 @@ class ChatEpisode:
         system = system_prompt(env_id, info, agent.prompts)
         goal = info.get("goal")
         first = observation if not goal or goal in observation else f"Goal: {goal}\n\n{observation}"
+        if agent.show_actions:
+            first = with_actions(first, info)
         self._messages: list[dict[str, Any]] = [
             {"role": "system", "content": system},
             {"role": "user", "content": first},
@@ -577,7 +585,9 @@ class ChatEpisode:
             rest = rest[cut:] if exchanges else rest
         return head + rest
 
-    def _add_observation(self, observation: str) -> None:
+    def _add_observation(self, observation: str, info: Mapping[str, Any]) -> None:
+        if self.agent.show_actions:
+            observation = with_actions(observation, info)
         if self._cut:
             observation = f"{LENGTH_NOTE}\n{observation}"
             self._cut = False
@@ -592,7 +602,7 @@ class ChatEpisode:
     async def act(self, observation: str, info: Mapping[str, Any]) -> str:
         """The next action for ``observation`` (one request, retried as configured)."""
         if self._awaiting:
-            self._add_observation(observation)
+            self._add_observation(observation, info)
         self._awaiting = True
         body = self.agent.payload(self._window(), self._tool_schema, self._seed)
         reply = await self.agent.complete(body)
@@ -669,6 +679,8 @@ class ChatEpisode:
         if self._awaiting:
             raise AgentError("teacher_force() after act() needs the observation of that act first")
         self._messages.append({"role": "assistant", "content": action})
+        if self.agent.show_actions:
+            observation = with_actions(observation, info)
         self._messages.append({"role": "user", "content": observation})
 
     @property

@@ -61,6 +61,8 @@ class SFTSettings:
 
     Attributes:
         model: a prepared name (``smollm2-135m``), a model folder, or ``scratch``.
+        data: a file of demonstration rows (``budgetmix export-sft --format lm``) to train on
+            instead of playing ``episodes`` here.
         lora: train a LoRA adapter (default: yes for a pretrained model, no for ``scratch``).
         lora_r, lora_alpha: the adapter's rank and scale (every linear layer is adapted).
         episodes: oracle demonstrations on the train split.
@@ -77,6 +79,7 @@ class SFTSettings:
     """
 
     model: str = "smollm2-135m"
+    data: str | None = None
     lora: bool | None = None
     lora_r: int = 16
     lora_alpha: int = 32
@@ -201,6 +204,29 @@ def demonstrations(
                 on_row(row)
     finally:
         env.close()
+    return rows
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    """Demonstration rows from a JSONL file (``export-sft --format lm``), checked."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no demonstration file {path}")
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"{path}:{n}: not JSON ({exc})") from None
+        if not isinstance(row, dict) or not all(k in row for k in ("system", "first", "turns")):
+            raise ValueError(
+                f"{path}:{n}: not a demonstration row (system, first, turns); write the file "
+                "with budgetmix export-sft --format lm"
+            )
+        rows.append(row)
+    if not rows:
+        raise ValueError(f"{path} holds no rows")
     return rows
 
 
@@ -332,6 +358,8 @@ def train_sft(
     if s.threads:
         torch.set_num_threads(s.threads)
     started = time.monotonic()
+    if rows is None and s.data is not None:
+        rows = _read_rows(Path(s.data))
     if rows is None:
         rows = demonstrations(
             env_id,

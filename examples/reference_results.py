@@ -1,0 +1,197 @@
+"""Write docs/reference-results.md from the reference runs' records (study/reference/*/).
+
+The runs are made by ``examples/reference_runs.sh`` (resumable); this script only reads their
+records, so ``make study-check`` rewrites the page in CI and fails when it differs. Every number
+on the page is computed here. A run whose records are missing or incomplete is listed as such.
+
+Usage: ``python examples/reference_results.py [--root study/reference] [--out PATH]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from budget_envs.eval.metrics import bootstrap_pass_at_kt, first_success_matrix
+from budget_envs.integrations.lm.models import MODELS
+
+ROOT = Path(__file__).resolve().parents[1]
+FAMILIES = [("tooluse", "ToolUse"), ("webshop", "WebShop"), ("alfworld", "ALFWorld"),
+            ("textworld", "TextWorld")]
+RUNS = [("hidden", ""), ("remaining", ""), ("hidden", "-noactions")]
+EXPECTED = 20  # 10 tasks x 2 samples
+TS = [1, 2, 3, 5, 8, 10]
+N_BOOT = 2000
+
+
+def _records(folder: Path) -> list[dict]:
+    path = folder / "records.jsonl"
+    if not path.is_file():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in rows if r.get("record", "episode") == "episode"]
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def _interval(mean: float, low: float, high: float) -> str:
+    return f"{mean:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def _paired_difference(vis: list[dict], hid: list[dict], t: int, seed: int = 0) -> str:
+    """Visible - hidden Pass@1 at ``t``, a bootstrap over the tasks both ran."""
+    tv, mv = first_success_matrix(vis, t)
+    th, mh = first_success_matrix(hid, t)
+    common = sorted(set(tv) & set(th))
+    if not common:
+        return "no common tasks"
+
+    def per_task(tasks, m):
+        index = {task: i for i, task in enumerate(tasks)}
+        rows = np.array([m[index[c]] for c in common])
+        ok = rows >= 0
+        return np.array([(r[o] > 0).mean() if o.any() else np.nan for r, o in zip(rows, ok)])
+
+    diff = per_task(tv, mv) - per_task(th, mh)
+    diff = diff[~np.isnan(diff)]
+    rng = np.random.default_rng(seed)
+    boots = rng.choice(diff, size=(N_BOOT, diff.size), replace=True).mean(axis=1)
+    low, high = np.quantile(boots, [0.025, 0.975])
+    return f"{diff.mean():+.3f} [{low:+.3f}, {high:+.3f}] over {diff.size} tasks"
+
+
+def _row_stats(recs: list[dict]) -> dict:
+    turns = sum(int(r["turns"]) for r in recs)
+    invalid = sum(
+        1 for r in recs for t in r.get("agent_turns") or [] if t.get("action", "") == ""
+    )
+    stops: dict[str, int] = {}
+    for r in recs:
+        stops[str(r.get("stop_reason"))] = stops.get(str(r.get("stop_reason")), 0) + 1
+    tokens = [r.get("tokens") or {} for r in recs]
+    return {
+        "episodes": len(recs),
+        "errors": sum(1 for r in recs if r.get("error")),
+        "won": sum(1 for r in recs if r.get("won")),
+        "turns": turns / max(len(recs), 1),
+        "empty": invalid / max(turns, 1),
+        "stops": ", ".join(f"{k} {v}" for k, v in sorted(stops.items(), key=lambda kv: -kv[1])),
+        "prompt": float(np.mean([t.get("prompt_tokens", 0) for t in tokens])) if tokens else 0.0,
+        "completion": float(np.mean([t.get("completion_tokens", 0) for t in tokens]))
+        if tokens
+        else 0.0,
+    }
+
+
+def write_page(root: Path) -> str:
+    label = MODELS["smollm2-135m"].label
+    lines = [
+        "# Reference results: a real language model",
+        "",
+        "<!-- Written by examples/reference_results.py from study/reference/*/records.jsonl; "
+        "do not edit by hand. -->",
+        "",
+        f"{label} played every family through the in-process `lm` agent on 2 CPU cores: 10 "
+        "unseen tasks x 2 samples per family, at most 10 turns, temperature 0.7, at most 32 "
+        "tokens a reply, the offered actions listed under every observation (`show_actions`, "
+        "the setting of published ALFWorld and WebShop agent prompts), with the budget hidden "
+        "(one run at T=10 gives every T <= 10) and shown (`--visibility remaining`, a run at "
+        "T=10), and ToolUse once more without the offered actions. The commands are in "
+        "`examples/reference_runs.sh` (resumable); the records are in `study/reference/`.",
+        "",
+        "This is the untrained model: zero-shot it mostly answers in prose, which is an empty "
+        "or unparseable action. It is the floor a fine-tuned model is measured from "
+        "([Training](training.md#a-language-model-from-the-suites-demonstrations)).",
+        "",
+        "## Runs",
+        "",
+        "| family | setting | episodes | agent errors | won | mean turns | empty actions | "
+        "stop reasons | prompt tokens / episode | reply tokens / episode |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    runs: dict[tuple[str, str, str], list[dict]] = {}
+    missing = []
+    for fam, name in FAMILIES:
+        for vis, tag in RUNS:
+            if tag and fam != "tooluse":
+                continue
+            recs = _records(root / f"{fam}-{vis}{tag}")
+            setting = ("budget " + ("hidden" if vis == "hidden" else "shown")) + (
+                ", actions not listed" if tag else ""
+            )
+            if len(recs) < EXPECTED:
+                missing.append(f"{name}, {setting}: {len(recs)} of {EXPECTED} episodes")
+            if not recs:
+                continue
+            runs[(fam, vis, tag)] = recs
+            s = _row_stats(recs)
+            lines.append(
+                f"| {name} | {setting} | {s['episodes']} | {s['errors']} | {s['won']} | "
+                f"{s['turns']:.1f} | {s['empty']:.0%} | {s['stops']} | {s['prompt']:,.0f} | "
+                f"{s['completion']:,.0f} |"
+            )
+    lines += [
+        "",
+        "Empty actions: turns whose reply held no action (cut inside its first line, or only "
+        "a think block); the env answers each with feedback as an invalid turn.",
+        "",
+        "## Pass@(1,T), budget hidden",
+        "",
+        "95% bootstrap interval over tasks (2,000 resamples).",
+        "",
+        "| family | " + " | ".join(f"T={t}" for t in TS) + " |",
+        "|---|" + "---|" * len(TS),
+    ]
+    for fam, name in FAMILIES:
+        recs = runs.get((fam, "hidden", ""))
+        if not recs:
+            continue
+        cells = []
+        for t in TS:
+            _, m = first_success_matrix(recs, t)
+            mean, low, high = bootstrap_pass_at_kt(m, [1], [t], n_boot=N_BOOT)
+            cells.append(_interval(mean[0, 0], low[0, 0], high[0, 0]))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Pass@(K,10)",
+        "",
+        "| family | setting | K=1 | K=2 |",
+        "|---|---|---|---|",
+    ]
+    for (fam, vis, tag), recs in runs.items():
+        name = dict(FAMILIES)[fam]
+        _, m = first_success_matrix(recs, 10)
+        if (m >= 0).sum(axis=1).min() < 2:
+            continue
+        mean, low, high = bootstrap_pass_at_kt(m, [1, 2], [10], n_boot=N_BOOT)
+        setting = ("hidden" if vis == "hidden" else "shown") + (", no actions" if tag else "")
+        lines.append(
+            f"| {name} | {setting} | {_interval(mean[0, 0], low[0, 0], high[0, 0])} | "
+            f"{_interval(mean[1, 0], low[1, 0], high[1, 0])} |"
+        )
+    lines += ["", "## Budget shown - budget hidden, Pass@1 at T=10", ""]
+    for fam, name in FAMILIES:
+        vis, hid = runs.get((fam, "remaining", "")), runs.get((fam, "hidden", ""))
+        if vis and hid:
+            lines.append(f"- {name}: {_paired_difference(vis, hid, 10)}.")
+    lines += ["", "## Not yet run", ""]
+    lines += [f"- {m}" for m in missing] or ["- nothing: every run is complete."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", default=str(ROOT / "study" / "reference"))
+    parser.add_argument("--out", default=str(ROOT / "docs" / "reference-results.md"))
+    args = parser.parse_args()
+    Path(args.out).write_text(write_page(Path(args.root)), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
