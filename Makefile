@@ -82,8 +82,9 @@ clean:
 	rm -rf $(VENV) $(VERIFIERS_VENV) $(DEMO_OUT) .benchmarks site
 
 # The study's tables from its committed records, byte for byte (fails while study/records is
-# missing: run `budgetmix study` first).
+# missing: run `budgetmix study` first); docs/reference-results.md from study/reference/.
 study-check: setup
 	@ls study/records/*.jsonl.gz >/dev/null
 	$(BIN)/budgetmix study --report-only --quiet
-	git diff --exit-code -- study/tables docs/study.md
+	$(BIN)/python examples/reference_results.py
+	git diff --exit-code -- study/tables docs/study.md docs/reference-results.md

@@ -106,6 +106,10 @@ def _prepare_model(rest: Sequence[str], out: TextIO) -> int:
         if not args.quiet:
             print(f"{args.name}: {message}", file=sys.stderr)
 
+    if args.quiet:  # the GGUF reader's own tqdm bars too
+        import os
+
+        os.environ.setdefault("TQDM_DISABLE", "1")
     try:
         from transformers.utils import logging as hf_logging
 

@@ -117,9 +117,11 @@ def _train_sft(args: argparse.Namespace, common: dict[str, Any], out: TextIO) ->
         settings = SFTSettings.from_mapping(values)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"--sft-kwargs: {exc}") from None
+    import datasets
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()  # one bar per stage: demonstrations, then SFT steps
     bars = {"data": None, "steps": None}
 
     def on_row(_row: dict[str, Any]) -> None:
