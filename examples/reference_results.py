@@ -19,8 +19,12 @@ from budget_envs.eval.metrics import bootstrap_pass_at_kt, first_success_matrix
 from budget_envs.integrations.lm.models import MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
-FAMILIES = [("tooluse", "ToolUse"), ("webshop", "WebShop"), ("alfworld", "ALFWorld"),
-            ("textworld", "TextWorld")]
+FAMILIES = [
+    ("tooluse", "ToolUse"),
+    ("webshop", "WebShop"),
+    ("alfworld", "ALFWorld"),
+    ("textworld", "TextWorld"),
+]
 RUNS = [("hidden", ""), ("remaining", ""), ("hidden", "-noactions")]
 EXPECTED = 20  # 10 tasks x 2 samples
 TS = [1, 2, 3, 5, 8, 10]
@@ -67,9 +71,7 @@ def _paired_difference(vis: list[dict], hid: list[dict], t: int, seed: int = 0) 
 
 def _row_stats(recs: list[dict]) -> dict:
     turns = sum(int(r["turns"]) for r in recs)
-    invalid = sum(
-        1 for r in recs for t in r.get("agent_turns") or [] if t.get("action", "") == ""
-    )
+    invalid = sum(1 for r in recs for t in r.get("agent_turns") or [] if t.get("action", "") == "")
     stops: dict[str, int] = {}
     for r in recs:
         stops[str(r.get("stop_reason"))] = stops.get(str(r.get("stop_reason")), 0) + 1

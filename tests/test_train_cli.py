@@ -411,3 +411,17 @@ def test_trl_kwargs_with_rllib_and_an_existing_trl_policy_are_usage_errors(
     rc = cli.main(["train", ENV_ID, "--trainer", "trl", "--out", str(trl_policy)])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "already holds a policy" in err[0]
+
+
+def test_trl_train_writes_a_metrics_csv_per_rollout_batch(trl_policy):
+    import csv
+
+    rows = list(csv.DictReader(open(trl_policy / "metrics.csv")))
+    assert rows, "no metrics rows"
+    steps = [int(r["step"]) for r in rows]
+    assert steps == sorted(steps) and steps[0] >= 1
+    for row in rows:
+        shares = [float(row[k]) for k in row if k.startswith("stop_")]
+        assert abs(sum(shares) - 1.0) < 1e-9
+        assert 0.0 <= float(row["win_rate"]) <= 1.0
+        assert float(row["budget_mean"]) >= 1 and float(row["tokens_mean"]) > 0

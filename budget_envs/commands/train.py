@@ -339,7 +339,7 @@ def _train_trl(args: argparse.Namespace, common: dict[str, Any], out: TextIO) ->
     print(
         f"{steps} GRPO steps in {result.get('wall_time', 0):.0f} s; mean env reward of the last "
         f"step {reward}; episodes by stop reason: {stop_text or 'none'}.\n"
-        f"Policy in {folder} (a Hugging Face model folder with {policy_file}"
+        f"Policy in {folder} (a Hugging Face model folder with {policy_file}; metrics.csv"
         f"{f'; the warm start in {warm}' if warm else ''}).\n"
         f"Next: {_eval_hint(args, folder)}",
         file=out,

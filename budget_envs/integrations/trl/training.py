@@ -23,7 +23,7 @@ from budget_envs.integrations.trl.data import (
     make_prompt_dataset,
     oracle_examples,
 )
-from budget_envs.integrations.trl.dialogue import SYSTEM_PROMPT, _user_text
+from budget_envs.integrations.trl.dialogue import STOP_REASONS, SYSTEM_PROMPT, _user_text
 from budget_envs.integrations.trl.policy import save_policy
 from budget_envs.integrations.trl.rollout import BudgetMixRollout, env_reward
 
@@ -49,6 +49,51 @@ def _corpus(rollout: BudgetMixRollout, task_ids: Sequence[str], limit: int = 16)
     finally:
         env.close()
     return texts
+
+
+#: One row per rollout batch of GRPO: what ``budgetmix train --trainer trl`` leaves to plot.
+METRICS_FILE = "metrics.csv"
+_METRIC_COLUMNS = (
+    "step",
+    "episodes",
+    "reward",
+    "win_rate",
+    *(f"stop_{word}" for word in STOP_REASONS),
+    "budget_mean",
+    "turns_mean",
+    "tokens_mean",
+    "wall_s",
+)
+
+
+def _metrics_row(step: int, result: dict[str, list], start: float) -> dict[str, Any]:
+    """The metrics of one rollout batch: reward, win rate, the share of each stop reason, the
+    mean budget drawn, turns and episode tokens (prompt and completion)."""
+    n = max(len(result["env_reward"]), 1)
+    row: dict[str, Any] = {
+        "step": int(step),
+        "episodes": len(result["env_reward"]),
+        "reward": sum(float(r) for r in result["env_reward"]) / n,
+        "win_rate": sum(1 for w in result["won"] if w) / n,
+    }
+    for word in STOP_REASONS:
+        row[f"stop_{word}"] = sum(1 for s in result["stop_reason"] if s == word) / n
+    row["budget_mean"] = sum(int(b) for b in result["budget"]) / n
+    row["turns_mean"] = sum(int(t) for t in result["turns"]) / n
+    row["tokens_mean"] = (
+        sum(len(p) + len(c) for p, c in zip(result["prompt_ids"], result["completion_ids"])) / n
+    )
+    row["wall_s"] = round(time.perf_counter() - start, 2)
+    return row
+
+
+def _write_metrics(path: Path, rows: list[dict[str, Any]]) -> None:
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=_METRIC_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def train(
@@ -231,10 +276,14 @@ def train(
         disable_tqdm=True,
     )
 
+    rows_csv: list[dict[str, Any]] = []
+
     def counting_rollout(batch_prompts: list[Any], trainer: Any) -> dict[str, list]:
         result = rollout(batch_prompts, trainer)
         for word in result["stop_reason"]:
             stop_counts[word] = stop_counts.get(word, 0) + 1
+        rows_csv.append(_metrics_row(trainer.state.global_step + 1, result, start))
+        _write_metrics(out / METRICS_FILE, rows_csv)
         return result
 
     trainer = GRPOTrainer(
