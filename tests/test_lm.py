@@ -363,3 +363,45 @@ def test_export_sft_lm_rows_train_with_sft(folder, tmp_path):
     sft = json.dumps({"model": "scratch", "data": str(bad)})
     argv = ["train", "BudgetMix/ToolUse-v0", "--trainer", "sft", "--sft-kwargs", sft]
     assert main([*argv, "--out", str(tmp_path / "x"), "--quiet"]) == 2
+
+
+def test_grpo_resumes_an_sft_folder_on_the_lm_agents_prompts(folder, tmp_path):
+    sft_dir, grpo_dir = tmp_path / "sft", tmp_path / "grpo"
+    sft = json.dumps({"model": "scratch", "episodes": 4, "max_steps": 2, "scratch_hidden": 64})
+    common = ["BudgetMix/ToolUse-v0", "--budget", "4", "--env-kwargs", '{"level": 1}', "--quiet"]
+    assert (
+        main(["train", *common, "--trainer", "sft", "--sft-kwargs", sft, "--out", str(sft_dir)])
+        == 0
+    )
+    trl = {"model": str(sft_dir), "num_generations": 2, "prompts": 2, "max_turn_tokens": 12}
+    trl["max_completion_length"] = 4096
+    argv = ["train", *common, "--trainer", "trl", "--iterations", "1", "--batch-size", "2"]
+    assert main([*argv, "--trl-kwargs", json.dumps(trl), "--out", str(grpo_dir)]) == 0
+    settings = json.loads((grpo_dir / "budgetmix_policy.json").read_text())
+    assert settings["render"] == "lm" and settings["show_actions"] is True
+    assert (grpo_dir / "metrics.csv").is_file()
+    for spec in (f"g=lm:model={grpo_dir},temperature=0,max_tokens=8", f"g=policy:{grpo_dir}"):
+        recs = _eval(tmp_path / spec[2:8].replace(":", ""), "BudgetMix/ToolUse-v0", "ToolUse", spec)
+        assert recs[0]["error"] is None
+
+
+def test_the_lm_render_of_the_rollout_is_the_lm_agents(net):
+    """The GRPO rollout under render="lm" gives the first prompt the lm agent gives."""
+    import gymnasium as gym
+
+    from budget_envs.integrations.lm.agent import LMAgent
+    from budget_envs.integrations.trl import BudgetMixRollout
+
+    model, tok = net
+    rollout = BudgetMixRollout(
+        "BudgetMix/ToolUse-v0", budget=5, env_kwargs={"level": 1}, render="lm"
+    )
+    env = gym.make("BudgetMix/ToolUse-v0", budget=5, level=1)
+    obs, info = env.reset(seed=3)
+    st = rollout._lm_episode(tok, obs, info, 4096, [tok.eos_token_id])
+    agent = LMAgent(model=MODEL)
+    agent._load()
+    shown = {k: v for k, v in info.items() if k != "budget"}
+    episode = agent.open_episode(env_id="BudgetMix/ToolUse-v0", observation=obs, info=shown, seed=0)
+    assert st.context() == episode.conv.ids
+    env.close()

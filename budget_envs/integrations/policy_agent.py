@@ -104,15 +104,17 @@ class PolicyAgent:
                 meta = json.loads(trained.read_text(encoding="utf-8"))
             except ValueError as exc:
                 raise ValueError(f"{trained} is not valid JSON ({exc})") from None
-            if isinstance(meta, dict) and meta.get("trainer") == "sft":
-                # What `--trainer sft` wrote plays as the lm agent renders it.
+            if isinstance(meta, dict) and (
+                meta.get("trainer") == "sft" or meta.get("render") == "lm"
+            ):
+                # What `--trainer sft` wrote (and GRPO resumed from it) plays as the lm agent.
                 from budget_envs.integrations.lm.agent import LMAgent
 
                 return LMAgent(
                     model=str(folder),
                     seed=self.seed,
                     check_visibility=self.check_visibility,
-                    show_actions=bool(meta.get("settings", {}).get("show_actions", True)),
+                    show_actions=bool((meta.get("settings") or meta).get("show_actions", True)),
                     temperature=0.0 if self.greedy else 0.7,
                     name=f"policy:{folder.name}",
                 )

@@ -163,6 +163,8 @@ class _TokenEpisode:
         self.eos_ids = set(int(e) for e in eos_ids)
         self.ep = RolloutEpisode(prompt_ids=dialogue.prompt_ids(first_user_text))
         self.over = False
+        #: How a decoded reply becomes the action (the lm agent's rule under ``render="lm"``).
+        self.parse = action_from_reply
 
     def context(self) -> list[int]:
         return self.ep.prompt_ids + self.ep.completion_ids
@@ -182,7 +184,7 @@ class _TokenEpisode:
             ep.stop_reason = "max_completion_length" if len(ids) >= room else "max_turn_tokens"
             return None
         text = self.dialogue.tok.decode(ids, skip_special_tokens=True)
-        return action_from_reply(text)
+        return self.parse(text)
 
     def take_observation(self, user_text: str) -> bool:
         ep = self.ep

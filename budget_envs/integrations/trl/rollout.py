@@ -109,6 +109,7 @@ class BudgetMixRollout:
         budget_per: str = "episode",
         seed: int = 0,
         env_kwargs: dict[str, Any] | None = None,
+        render: str = "suite",
     ) -> None:
         """Build the env (an id with wrapper options, or a ready env) and the task generator.
 
@@ -125,7 +126,15 @@ class BudgetMixRollout:
                 prompt group, shared by its repeats).
             seed: seeds every task, budget and sampler draw (with the rank and episode/step).
             env_kwargs: extra constructor kwargs of the env (with an id).
+            render: ``"suite"`` (``system_prompt``, the observation and its admissible actions
+                on one line) or ``"lm"``: every episode rendered as the ``lm`` agent renders it
+                (the family's system prompt, the offered actions one a line; the action taken
+                out of a reply as that agent does), so a model from ``--trainer sft`` trains on
+                the prompts it was fine-tuned on and plays after as ``lm:``.
         """
+        if render not in ("suite", "lm"):
+            raise ValueError(f"render must be 'suite' or 'lm', got {render!r}")
+        self.render = render
         if isinstance(max_turn_tokens, bool) or not isinstance(max_turn_tokens, int):
             raise TypeError(f"max_turn_tokens must be an int, got {max_turn_tokens!r}")
         if max_turn_tokens < 1:
@@ -162,6 +171,7 @@ class BudgetMixRollout:
             "system_prompt": self.system_prompt,
             "show_actions": self.show_actions,
             "max_turn_tokens": self.max_turn_tokens,
+            "render": self.render,
         }
 
     # ------------------------------------------------------------------ GRPO entry point
@@ -345,13 +355,16 @@ class BudgetMixRollout:
             obs, info = env.reset(seed=seed, options=options)
             budget = int(info.get("budget", {}).get("limit", 0))
             group_budget.setdefault(g, budget)
-            st = _TokenEpisode(
-                dialogue,
-                _user_text(obs, info, self.show_actions),
-                limit,
-                self.max_turn_tokens,
-                eos_ids,
-            )
+            if self.render == "lm":
+                st = self._lm_episode(tokenizer, obs, info, limit, eos_ids)
+            else:
+                st = _TokenEpisode(
+                    dialogue,
+                    _user_text(obs, info, self.show_actions),
+                    limit,
+                    self.max_turn_tokens,
+                    eos_ids,
+                )
             st.ep.budget, st.ep.task_id, st.ep.seed = budget, task_id, seed
             states.append(st)
         calls_before = gen.calls
@@ -385,7 +398,7 @@ class BudgetMixRollout:
                     st.ep.won = bool(info.get("won", False))
                     st.ep.stop_reason = _stop_reason(info, terminated)
                     continue
-                st.take_observation(_user_text(obs, info, self.show_actions))
+                st.take_observation(self._next_text(obs, info))
         episodes = [st.ep for st in states]
         self.last_episodes = episodes
         self.last_generation_calls = gen.calls - calls_before
@@ -394,6 +407,32 @@ class BudgetMixRollout:
             counts = {w: sum(e.stop_reason == w for e in episodes) for w in STOP_REASONS}
             logger.info("rollout: %d episodes, stop reasons %s", len(episodes), counts)
         return episodes
+
+    def _agent_info(self, info: dict[str, Any]) -> dict[str, Any]:
+        # What the lm agent would see: no budget unless it is shown.
+        visible = self.env.get_wrapper_attr("visibility") != "hidden"
+        return {k: v for k, v in info.items() if visible or k != "budget"}
+
+    def _lm_episode(
+        self, tokenizer: Any, obs: str, info: dict[str, Any], limit: int, eos_ids: Sequence[int]
+    ) -> _TokenEpisode:
+        from budget_envs.eval.prompts import MAX_SHOWN_ACTIONS, reply_action
+        from budget_envs.integrations.lm.agent import episode_dialogue, render_first
+
+        shown = self._agent_info(info)
+        dialogue = episode_dialogue(tokenizer, self.env.spec.id, shown, native_tools=False)
+        first = render_first(obs, shown, self.show_actions, MAX_SHOWN_ACTIONS)
+        st = _TokenEpisode(dialogue, first, limit, self.max_turn_tokens, eos_ids)
+        st.parse = reply_action
+        return st
+
+    def _next_text(self, obs: str, info: dict[str, Any]) -> str:
+        if self.render != "lm":
+            return _user_text(obs, info, self.show_actions)
+        from budget_envs.eval.prompts import MAX_SHOWN_ACTIONS
+        from budget_envs.integrations.lm.agent import next_text
+
+        return next_text(obs, self._agent_info(info), self.show_actions, MAX_SHOWN_ACTIONS)
 
     @staticmethod
     def _any_rank_live(mine: bool) -> bool:

@@ -66,6 +66,26 @@ _METRIC_COLUMNS = (
 )
 
 
+def _sft_settings(model: str) -> dict[str, Any] | None:
+    """The SFT settings of a folder ``budgetmix train --trainer sft`` wrote (else None)."""
+    import json
+
+    meta_file = Path(str(model)) / "budgetmix_policy.json"
+    if not meta_file.is_file():
+        return None
+    try:
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+    if not isinstance(meta, dict):
+        return None
+    if meta.get("trainer") == "sft":
+        return dict(meta.get("settings") or {})
+    if meta.get("render") == "lm":  # a GRPO run resumed from one
+        return {"show_actions": meta.get("show_actions", True)}
+    return None
+
+
 def _metrics_row(step: int, result: dict[str, list], start: float) -> dict[str, Any]:
     """The metrics of one rollout batch: reward, win rate, the share of each stop reason, the
     mean budget drawn, turns and episode tokens (prompt and completion)."""
@@ -171,6 +191,12 @@ def train(
     start = time.perf_counter()
     out = Path(out_dir)
     template_kwargs = dict(chat_template_kwargs or {})
+    render = "suite"
+    trained_by = _sft_settings(model)
+    if trained_by is not None:
+        # A `--trainer sft` folder: GRPO resumes it on the prompts it was fine-tuned on.
+        render = "lm"
+        show_actions = bool(trained_by.get("show_actions", show_actions))
     rollout = BudgetMixRollout(
         env_id,
         budget=budget,
@@ -182,6 +208,7 @@ def train(
         max_turn_tokens=max_turn_tokens,
         seed=seed,
         env_kwargs=env_kwargs,
+        render=render,
     )
     tasks = list(rollout.env.unwrapped.task_ids if train_tasks is None else train_tasks)
     if not tasks:
