@@ -55,7 +55,8 @@ verifiers-venv: $(VERIFIERS_VENV)/.installed
 
 # Every tier: `make test` plus what pyproject's addopts leave out: the soaks (100,000 steps per
 # family in one process each), the learning runs, the docs' code blocks marked slow
-# (`docs_slow`) and the verifiers run (`verifiers`). The -m expression selects every test.
+# (`docs_slow`), the verifiers run (`verifiers`) and the chat agent against `transformers serve`
+# hosting SmolLM2 (`serve_model`). The -m expression selects every test.
 test-all: setup system-deps verifiers-venv
 	VERIFIERS_VENV=$(abspath $(VERIFIERS_VENV)) $(BIN)/python -m pytest -q -m "soak or not soak"
 

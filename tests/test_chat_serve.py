@@ -35,16 +35,28 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """``(base_url, model)`` of ``transformers serve`` hosting the tiny model."""
-    import requests
-
     from budget_envs.integrations.tiny_model import build_tiny_model, build_tiny_tokenizer
 
     folder = tmp_path_factory.mktemp("tiny-model")
     tokenizer = build_tiny_tokenizer()
     build_tiny_model(tokenizer).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+    yield from _serve(folder, folder)
+
+
+@pytest.fixture(scope="module")
+def served_smollm2(tmp_path_factory):
+    """``(base_url, model)`` of ``transformers serve`` hosting the prepared SmolLM2 folder."""
+    from budget_envs.integrations.lm.models import prepare_model
+
+    yield from _serve(prepare_model("smollm2-135m"), tmp_path_factory.mktemp("smollm2-serve"))
+
+
+def _serve(folder, logs):
+    import requests
+
     port = _free_port()
-    log = open(folder / "serve.log", "w", encoding="utf-8")
+    log = open(logs / "serve.log", "w", encoding="utf-8")
     cmd = [
         sys.executable,
         "-c",
@@ -68,7 +80,7 @@ def served(tmp_path_factory):
                 log.flush()
                 pytest.fail(
                     f"transformers serve exited with {proc.returncode}: "
-                    + (folder / "serve.log").read_text()[-2000:]
+                    + (logs / "serve.log").read_text()[-2000:]
                 )
             try:
                 if requests.get(f"{base_url}/models", timeout=2).status_code == 200:
@@ -149,3 +161,25 @@ def test_the_tools_schema_reaches_the_prompt(served):
     )
     with_tools.close()
     without.close()
+
+
+@pytest.mark.serve_model
+def test_the_chat_agent_plays_smollm2_behind_transformers_serve(served_smollm2, tmp_path, capsys):
+    """The chat agent against a real pretrained model on loopback: the same SmolLM2 folder the
+    ``lm`` agent plays in process, every family's first id, the offered actions listed."""
+    from budget_envs.registry import families
+
+    base_url, model = served_smollm2
+    ids = [rows[0].id for rows in families().values() if rows[0].id.startswith("BudgetMix/")]
+    spec = (
+        f"smol=chat:base_url={base_url},model={model},max_tokens=16,temperature=0,show_actions=true"
+    )
+    out = tmp_path / "run"
+    argv = ["eval", *ids, "--agent", spec, "--tasks", "1", "--samples", "1", "--budgets", "2"]
+    argv += ["--env-kwargs", '{"level": 1}', "--out", str(out), "--quiet"]
+    assert main(argv) == 0, capsys.readouterr().err
+    recs = load_records(out)
+    assert len(recs) == len(ids)
+    for rec in recs:
+        assert rec["error"] is None, rec["error"]
+        assert rec["tokens"]["prompt_tokens"] > 0 and rec["tokens"]["requests"] == rec["turns"]
