@@ -69,6 +69,24 @@ def _paired_difference(vis: list[dict], hid: list[dict], t: int, seed: int = 0) 
     return f"{diff.mean():+.3f} [{low:+.3f}, {high:+.3f}] over {diff.size} tasks"
 
 
+def _invalid_share(folder: Path, recs: list[dict]) -> str:
+    """The share of turns the env answered as invalid, read by replaying each episode's actions
+    on a fresh env (the records keep actions and observation digests, not the env's verdict)."""
+    from budget_envs.eval.runner.transcripts import record_row
+
+    config = json.loads((folder / "config.json").read_text())
+    invalid = turns = 0
+    for rec in recs:
+        if rec.get("error"):
+            continue
+        row = record_row(rec, env_kwargs=config.get("env_kwargs") or {})
+        if row is None:
+            return "replay differs"
+        turns += len(row["turns"])
+        invalid += sum(1 for t in row["turns"] if t["invalid_action"])
+    return f"{invalid / turns:.0%}" if turns else "-"
+
+
 def _row_stats(recs: list[dict]) -> dict:
     turns = sum(int(r["turns"]) for r in recs)
     invalid = sum(1 for r in recs for t in r.get("agent_turns") or [] if t.get("action", "") == "")
@@ -113,8 +131,8 @@ def write_page(root: Path) -> str:
         "## Runs",
         "",
         "| family | setting | episodes | agent errors | won | mean turns | empty actions | "
-        "stop reasons | prompt tokens / episode | reply tokens / episode |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "invalid actions | stop reasons | prompt tokens / episode | reply tokens / episode |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     runs: dict[tuple[str, str, str], list[dict]] = {}
     missing = []
@@ -132,15 +150,18 @@ def write_page(root: Path) -> str:
                 continue
             runs[(fam, vis, tag)] = recs
             s = _row_stats(recs)
+            invalid = _invalid_share(root / f"{fam}-{vis}{tag}", recs)
             lines.append(
                 f"| {name} | {setting} | {s['episodes']} | {s['errors']} | {s['won']} | "
-                f"{s['turns']:.1f} | {s['empty']:.0%} | {s['stops']} | {s['prompt']:,.0f} | "
-                f"{s['completion']:,.0f} |"
+                f"{s['turns']:.1f} | {s['empty']:.0%} | {invalid} | {s['stops']} | "
+                f"{s['prompt']:,.0f} | {s['completion']:,.0f} |"
             )
     lines += [
         "",
         "Empty actions: turns whose reply held no action (cut inside its first line, or only "
-        "a think block); the env answers each with feedback as an invalid turn.",
+        "a think block). Invalid actions: turns the env answered as invalid (empty ones "
+        "included), read by replaying each episode's actions on a fresh env. Prompt tokens "
+        "count only the tokens run through the model (each episode's KV cache is kept).",
         "",
         "## Pass@(1,T), budget hidden",
         "",
