@@ -405,3 +405,19 @@ def test_the_lm_render_of_the_rollout_is_the_lm_agents(net):
     episode = agent.open_episode(env_id="BudgetMix/ToolUse-v0", observation=obs, info=shown, seed=0)
     assert st.context() == episode.conv.ids
     env.close()
+
+
+def test_an_unprepared_or_missing_model_stops_eval_before_any_episode(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("BUDGET_ENVS_CACHE", str(tmp_path / "empty-cache"))
+    for spec, says in (
+        (f"s=lm:model={MODEL}", "budgetmix prepare model smollm2-135m"),
+        (f"s=lm:model={tmp_path}/nowhere", "no model folder"),
+    ):
+        out = tmp_path / "run"
+        argv = ["eval", "BudgetMix/ToolUse-v0", "--agent", spec, "--tasks", "1", "--samples", "1"]
+        assert main([*argv, "--out", str(out), "--quiet"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+        assert not (out / "records.jsonl").exists()

@@ -273,6 +273,21 @@ class LMAgent:
             raise AgentError(f"{self.name}: the model did not load")
         return self._engine
 
+    def preflight(self) -> str:
+        """Check the model can be found before any episode (the runner calls it): an unprepared
+        name or a missing folder is one :class:`~budget_envs.errors.PreflightError` line."""
+        from budget_envs.errors import PreflightError
+        from budget_envs.integrations.lm.models import ModelPrepareError, resolve_model
+
+        try:
+            where = resolve_model(self.model)
+        except ModelPrepareError as exc:
+            raise PreflightError(f"{self.name}: {exc}") from None
+        looks_like_path = os.sep in self.model or self.model.startswith(".")
+        if looks_like_path and not Path(where).is_dir():
+            raise PreflightError(f"{self.name}: no model folder at {self.model!r}")
+        return where
+
     # ------------------------------------------------------------------ episodes
     def open_episode(
         self, *, env_id: str, observation: str, info: Mapping[str, Any], seed: int
