@@ -48,7 +48,10 @@ def _interval(mean: float, low: float, high: float) -> str:
 
 
 def _paired_difference(vis: list[dict], hid: list[dict], t: int, seed: int = 0) -> str:
-    """Visible - hidden Pass@1 at ``t``, a bootstrap over the tasks both ran."""
+    """``vis`` - ``hid`` Pass@1 at ``t`` (two runs' records, e.g. budget shown and hidden): a
+    bootstrap over the tasks both ran."""
+    if not vis or not hid:
+        return "not run"
     tv, mv = first_success_matrix(vis, t)
     th, mh = first_success_matrix(hid, t)
     common = sorted(set(tv) & set(th))
@@ -106,6 +109,57 @@ def _row_stats(recs: list[dict]) -> dict:
         if tokens
         else 0.0,
     }
+
+
+def _sft_section(folder: Path, untrained: list[dict] | None) -> list[str]:
+    """SFT against the untrained model and random on the same unseen ToolUse tasks."""
+    recs = _records(folder)
+    train = folder / "train" / "budgetmix_policy.json"
+    if not recs or not train.is_file() or not untrained:
+        return []
+    meta = json.loads(train.read_text())
+    st = meta["settings"]
+    by_agent: dict[str, list[dict]] = {}
+    for r in recs:
+        by_agent.setdefault(r["agent"], []).append(r)
+    by_agent["smollm2 (untrained)"] = untrained
+    lines = [
+        "",
+        "## SFT against the untrained model (ToolUse)",
+        "",
+        f"A small decoder built from scratch (`--trainer sft`, `model=scratch`: "
+        f"{meta['parameters']:,} parameters, {st['scratch_layers']} layers of width "
+        f"{st['scratch_hidden']}, the suite's byte-level BPE tokenizer of {st['scratch_vocab']:,} "
+        f"tokens) trained on {meta['rows']} oracle episodes of the train world "
+        f"({int(st['explore'] * 100)}% random turns without loss; {meta['trained_tokens']:,} of "
+        f"{meta['tokens']:,} tokens labelled), {meta['steps']} steps in {meta['wall_s'] / 60:.0f} "
+        f"minutes on 2 shared cores (final mean loss {meta['train_loss']:.3f}), then played on "
+        "the same 10 unseen tasks x 2 samples at T=10 as the untrained SmolLM2 above (temperature "
+        "0.7, the offered actions listed), beside random. Commands: `examples/lm_sft_runs.sh`.",
+        "",
+        "| agent | Pass@1, T=10 | won | invalid actions |",
+        "|---|---|---|---|",
+    ]
+    for agent, rows in by_agent.items():
+        _, m = first_success_matrix(rows, 10)
+        mean, low, high = bootstrap_pass_at_kt(m, [1], [10], n_boot=N_BOOT)
+        where = (
+            folder if agent != "smollm2 (untrained)" else ROOT / "study/reference/tooluse-hidden"
+        )
+        invalid = _invalid_share(where, rows)
+        won = sum(1 for r in rows if r.get("won"))
+        lines.append(
+            f"| {agent} | {_interval(mean[0, 0], low[0, 0], high[0, 0])} | {won} of {len(rows)} "
+            f"| {invalid} |"
+        )
+    sft = by_agent.get("sft")
+    if sft:
+        lines += [
+            "",
+            f"- sft - untrained SmolLM2: {_paired_difference(sft, untrained, 10)}.",
+            f"- sft - random: {_paired_difference(sft, by_agent.get('random', []), 10)}.",
+        ]
+    return lines
 
 
 def write_page(root: Path) -> str:
@@ -203,6 +257,9 @@ def write_page(root: Path) -> str:
         vis, hid = runs.get((fam, "remaining", "")), runs.get((fam, "hidden", ""))
         if vis and hid:
             lines.append(f"- {name}: {_paired_difference(vis, hid, 10)}.")
+    lines += _sft_section(
+        ROOT / "study" / "lm" / "sft-tooluse", runs.get(("tooluse", "hidden", ""))
+    )
     lines += ["", "## Not yet run", ""]
     lines += [f"- {m}" for m in missing] or ["- nothing: every run is complete."]
     return "\n".join(lines) + "\n"
