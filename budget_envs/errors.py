@@ -35,6 +35,7 @@ __all__ = [
     "GameFileError",
     "GenerationError",
     "GenerationTimeout",
+    "ModelPrepareError",
     "OutDirError",
     "PlanMismatch",
     "PreflightError",
@@ -166,6 +167,11 @@ class DerivationError(BudgetEnvsError, ValueError):
 
 class RayUnavailable(BudgetEnvsError, ConnectionError):
     """The Ray back end cannot reach the cluster it was pointed at."""
+
+
+class ModelPrepareError(BudgetEnvsError, RuntimeError):
+    """A language model could not be prepared (no index, a changed file, a failed conversion,
+    a name not prepared yet); the message is one line a user can act on."""
 
 
 class UsageError(BudgetEnvsError, ValueError):

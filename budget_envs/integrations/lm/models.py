@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from budget_envs._util import cache_root, require
+from budget_envs.errors import ModelPrepareError
 
 __all__ = [
     "MODELS",
@@ -39,11 +40,6 @@ __all__ = [
 
 #: The file a prepared folder holds besides the transformers files: where its weights came from.
 MODEL_FILE = "budgetmix_model.json"
-
-
-class ModelPrepareError(RuntimeError):
-    """A model could not be prepared (no index, a changed file, a failed conversion); the
-    message is one line a user can act on."""
 
 
 @dataclass(frozen=True)
