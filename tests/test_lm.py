@@ -421,3 +421,17 @@ def test_an_unprepared_or_missing_model_stops_eval_before_any_episode(
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err
         assert not (out / "records.jsonl").exists()
+
+
+def test_an_sft_folder_refuses_a_budget_it_was_not_trained_with(folder, tmp_path):
+    out = tmp_path / "sft"
+    sft = json.dumps({"model": "scratch", "episodes": 2, "max_steps": 1, "scratch_hidden": 64})
+    argv = ["train", "BudgetMix/ToolUse-v0", "--trainer", "sft", "--budget", "6"]
+    argv += ["--env-kwargs", '{"level": 1}', "--sft-kwargs", sft, "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    run = tmp_path / "run"
+    argv = ["eval", "BudgetMix/ToolUse-v0", "--agent", f"s=lm:model={out}", "--tasks", "1"]
+    argv += ["--samples", "1", "--budgets", "3", "--visibility", "remaining", "--out", str(run)]
+    main([*argv, "--env-kwargs", '{"level": 1}', "--quiet"])
+    rows = [json.loads(x) for x in (run / "records.jsonl").read_text().splitlines()]
+    assert rows and all("was trained with visibility='hidden'" in (r["error"] or "") for r in rows)

@@ -15,7 +15,13 @@ import gymnasium as gym
 
 from budget_envs.registry import DEFAULT_BUDGET
 
-__all__ = ["DEFAULT_BUDGET", "env_and_maker", "make_env", "make_env_like"]
+__all__ = [
+    "DEFAULT_BUDGET",
+    "check_trained_visibility",
+    "env_and_maker",
+    "make_env",
+    "make_env_like",
+]
 
 
 def make_env(
@@ -103,3 +109,18 @@ def make_env_like(env: gym.Env) -> gym.Env:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return gym.make(env.spec)
+
+
+def check_trained_visibility(name: str, trained: Any, info: Any) -> None:
+    """Refuse an episode whose budget visibility differs from the training's: the runner hands
+    agents ``info["budget"]`` exactly when the budget is shown, so a policy trained budget-hidden
+    must not see it, and one trained with it shown is meaningless without it."""
+    from budget_envs.errors import AgentError
+
+    shown = "budget" in info
+    if (trained != "hidden") != shown:
+        raise AgentError(
+            f"{name} was trained with visibility={trained!r} but this evaluation "
+            f"{'shows' if shown else 'hides'} the budget; evaluate with --visibility "
+            f"{trained} (or pass check_visibility=false)"
+        )

@@ -158,14 +158,9 @@ class PolicyAgent:
             self._hf.reset(env_id=env_id, observation=observation, info=info, seed=seed)
             return
         if self.check_visibility:
-            trained_visible = self.visibility != "hidden"
-            shown = "budget" in info
-            if trained_visible != shown:
-                raise AgentError(
-                    f"{self.name} was trained with visibility={self.visibility!r} but this "
-                    f"evaluation {'shows' if shown else 'hides'} the budget; evaluate with "
-                    f"--visibility {self.visibility} (or pass check_visibility=false)"
-                )
+            from budget_envs.integrations.common import check_trained_visibility
+
+            check_trained_visibility(self.name, self.visibility, info)
         if self._module is None:
             self._load()
         self._featurizer.reset(info.get("goal", ""))

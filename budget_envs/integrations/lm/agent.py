@@ -295,14 +295,9 @@ class LMAgent:
         """A new episode's conversation (the async driver opens one per live episode)."""
         self._load()
         if self.check_visibility and "visibility" in self._trained:
-            trained = self._trained["visibility"]
-            shown = "budget" in info
-            if (trained != "hidden") != shown:
-                raise AgentError(
-                    f"{self.name} was trained with visibility={trained!r} but this evaluation "
-                    f"{'shows' if shown else 'hides'} the budget; evaluate with --visibility "
-                    f"{trained} (or pass check_visibility=false)"
-                )
+            from budget_envs.integrations.common import check_trained_visibility
+
+            check_trained_visibility(self.name, self._trained["visibility"], info)
         return LMEpisode(self, env_id=env_id, observation=observation, info=info, seed=seed)
 
     async def _submit(self, episode: LMEpisode, request: Request) -> Any:

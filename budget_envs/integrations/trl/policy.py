@@ -122,16 +122,9 @@ class PolicyAgent:
     def reset(self, *, env_id: str, observation: str, info: Mapping[str, Any], seed: int) -> None:
         """Start an episode: render the first observation as the prompt."""
         if self.check_visibility:
-            trained = self.settings.get("visibility", "hidden")
-            shown = "budget" in info
-            if (trained != "hidden") != shown:
-                from budget_envs.errors import AgentError
+            from budget_envs.integrations.common import check_trained_visibility
 
-                raise AgentError(
-                    f"{self.name} was trained with visibility={trained!r} but this evaluation "
-                    f"{'shows' if shown else 'hides'} the budget; evaluate with --visibility "
-                    f"{trained} (or pass check_visibility=false)"
-                )
+            check_trained_visibility(self.name, self.settings.get("visibility", "hidden"), info)
         if self._model is None:
             self._load()
         self._state = _TokenEpisode(
