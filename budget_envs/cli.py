@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from budget_envs.commands.demo import cmd_demo
-from budget_envs.commands.eval import cmd_eval
+from budget_envs.commands.eval import TRUST_POLICY_HELP, cmd_eval
 from budget_envs.commands.export_sft import EXPORT_FORMAT_HELP, cmd_export_sft
 from budget_envs.commands.listing import cmd_list
 from budget_envs.commands.play import cmd_play
@@ -28,6 +28,7 @@ from budget_envs.commands.serve import dispatch as _dispatch  # noqa: F401  (tes
 from budget_envs.commands.study import cmd_study
 from budget_envs.commands.train import SFT_KWARGS_HELP, cmd_train
 from budget_envs.errors import UsageError
+from budget_envs.hostcheck import add_host_policy_args
 
 __all__ = ["main"]
 
@@ -120,12 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=5,
         help="N tasks of each env, spread over its levels (default 5; intervals need 10+)",
     )
-    e.add_argument(
-        "--samples", type=int, default=4, help="episodes per task: n of Pass@(K,T) (default 4)"
-    )
-    e.add_argument(
-        "--budgets", type=_ints, default=None, help="e.g. 5,10,20 (default: the env's T_max)"
-    )
+    e.add_argument("--samples", type=int, default=4, help="episodes per task: n of Pass@(K,T)")
+    e.add_argument("--budgets", type=_ints, default=None, help="e.g. 5,10,20 (default: T_max)")
     e.add_argument(
         "--visibility",
         default="hidden",
@@ -138,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also run with one fault at each of these turns",
     )
     e.add_argument("--fault-kinds", default="slip,drop", help="fault kinds (default slip,drop)")
+    e.add_argument("--trust-policy", action="store_true", help=TRUST_POLICY_HELP)
     e.add_argument(
         "--probe-states",
         type=int,
@@ -267,12 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-sessions", type=int, default=64, help="concurrent sessions (64)")
     sv.add_argument("--idle-timeout", type=float, default=300.0, help="seconds; 0: never")
     sv.add_argument("--max-message-bytes", type=int, default=1 << 20)
-    sv.add_argument(
-        "--full-info",
-        action="store_true",
-        help="send every info value in every step answer (for clients that do not apply "
-        "info_delta answers)",
-    )
+    add_host_policy_args(sv)
+    sv.add_argument("--full-info", action="store_true", help="every info value in every answer")
     t = sub.add_parser(
         "train",
         help="train a policy (RLlib PPO, TRL GRPO, or SFT of a language model) into a folder",

@@ -522,10 +522,7 @@ class TextAgentEnv(gym.Env[str, str]):
     def check_action(self, action: Any) -> str | None:
         """Feedback text if ``action`` is malformed text, else None (the family parses the rest)."""
         if not isinstance(action, str):
-            return (
-                f"Invalid action: expected text, got {type(action).__name__}. "
-                "Send the action as a string."
-            )
+            return f"Invalid action: expected text, got {type(action).__name__}. Send a string."
         if len(action) > self.max_action_length:
             return (
                 f"Invalid action: {len(action)} characters is over the limit of "
@@ -535,6 +532,8 @@ class TextAgentEnv(gym.Env[str, str]):
             return "Invalid action: the action is empty. Send a command."
         if _CONTROL.search(action):
             return "Invalid action: it contains control characters (such as NUL). Send plain text."
+        if "\n" in action or "\r" in action:  # engines would run each line as a command
+            return "Invalid action: it holds a line break. Send one action on one line."
         if not action.isascii():  # ASCII text has no lone surrogates
             try:
                 action.encode("utf-8")

@@ -50,6 +50,7 @@ __all__ = [
     "UnknownAgent",
     "UnknownFaultKind",
     "UnknownSplit",
+    "UntrustedPolicy",
     "UsageError",
     "WebShopServerError",
 ]
@@ -172,6 +173,11 @@ class RayUnavailable(BudgetEnvsError, ConnectionError):
 class ModelPrepareError(BudgetEnvsError, RuntimeError):
     """A language model could not be prepared (no index, a changed file, a failed conversion,
     a name not prepared yet); the message is one line a user can act on."""
+
+
+class UntrustedPolicy(BudgetEnvsError, ValueError):
+    """A policy folder that could only load by unpickling (which can run any code), and the
+    caller did not pass ``--trust-policy`` / ``trust=True``; the message says which file."""
 
 
 class UsageError(BudgetEnvsError, ValueError):

@@ -65,9 +65,9 @@ def proc_status_kb(pid: int, field: str) -> int:
 
 
 @contextlib.contextmanager
-def served(argv: list[str], port: int, what: str):
+def served(argv: list[str], port: int, what: str, health: str = "/health"):
     """Run ``argv`` (a server listening on ``port``) with its output in a file; yields a
-    :class:`Served` once ``/health`` answers, and stops it afterwards."""
+    :class:`Served` once ``health`` answers, and stops it afterwards."""
     with tempfile.TemporaryDirectory(prefix="served-") as tmp:
         log_path = Path(tmp) / "server.log"
         with open(log_path, "w") as log:
@@ -84,7 +84,7 @@ def served(argv: list[str], port: int, what: str):
             if proc.poll() is not None:
                 raise RuntimeError(f"server exited: {log_path.read_text()[-3000:]}")
             try:
-                return requests.get(url + "/health", timeout=1).ok
+                return requests.get(url + health, timeout=1).ok
             except requests.RequestException:
                 return False
 

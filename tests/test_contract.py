@@ -180,6 +180,23 @@ def test_bad_input_is_a_turn(env_id):
     env.close()
 
 
+def test_an_action_with_a_line_break_is_an_invalid_counted_turn(env_id):
+    """Engines read a line break as the end of a command: a second command after one would run
+    unseen by the turn count, so every family refuses the whole action as one turn."""
+    env = _make(env_id, budget=100)
+    obs, info = env.reset(seed=5, options={"task_id": 0})
+    first = env.unwrapped.oracle_actions()[0]
+    cost = env.unwrapped.cost_to_go()
+    for turn, action in enumerate((f"{first}\n{first}", f"{first}\r", f"\n{first}"), start=1):
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert info["invalid_action"] and "line break" in obs, action
+        assert reward == 0.0 and not terminated and info["turn"] == turn
+        assert env.unwrapped.cost_to_go() == cost
+    obs, reward, terminated, truncated, info = env.step(first)  # the same action, on one line
+    assert not info["invalid_action"] and env.unwrapped.cost_to_go() == cost - 1
+    env.close()
+
+
 def test_oracle_solves_in_cost_to_go(env_id):
     env = _make(env_id, budget=None)
     unwrapped = env.unwrapped

@@ -57,6 +57,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "budget_envs.prepare",
             "budget_envs.env_options",
             "budget_envs.fault_turns",
+            "budget_envs.hostcheck",
         ),
     ),
     ("wrappers", ("budget_envs.wrappers",)),

@@ -244,7 +244,38 @@ def test_meta_commands_are_refused_and_write_no_file(cache, tmp_path, monkeypatc
     assert info["won"] and turns == cost
 
 
+#: Game-system commands smuggled after a line break: the interpreter reads each line as a command.
+SMUGGLED = [
+    "look\nquit",
+    "look\nsave",
+    "look\rsave",
+    "look\r\nquit",
+    "inventory\n\nsave",
+    "take key\nrestart\nyes",
+    "\nrestart",
+]
+
+
+def test_commands_smuggled_after_a_line_break_are_invalid_turns(cache, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    env = make(TextWorldEnv, cache)
+    env.reset(seed=0)
+    cost = env.cost_to_go()
+    for turn, command in enumerate(SMUGGLED, start=1):
+        obs, reward, terminated, _, info = env.step(command)
+        assert info["invalid_action"] and reward == 0.0 and not terminated, command
+        assert "line break" in obs and info["turn"] == turn, command
+        assert env.cost_to_go() == cost, command
+    assert list(tmp_path.iterdir()) == []  # no .qzl save file, no transcript
+    # The game still answers (no "Please answer yes or no." prompt eats the next command).
+    turns, info, _ = oracle_run(env)
+    assert info["won"] and turns == cost
+
+
 def test_meta_verb_parser():
+    assert meta_verb("look\nsave") == "save"
+    assert meta_verb("look\r\nquit") == "quit"
+    assert meta_verb("take key\x0brestart") == "restart"
     assert meta_verb("take key. save") == "save"
     assert meta_verb("open door, then Restart") == "restart"
     assert meta_verb("take the saved key") is None

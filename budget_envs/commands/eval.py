@@ -21,7 +21,13 @@ from budget_envs.commands.common import (
 )
 from budget_envs.errors import UsageError
 
-__all__ = ["cmd_eval", "parse_agents"]
+__all__ = ["TRUST_POLICY_HELP", "cmd_eval", "parse_agents"]
+
+TRUST_POLICY_HELP = (
+    "let policy:DIR agents load a folder that needs unpickling (an RLlib checkpoint without "
+    "module.safetensors): unpickling runs any code the file names, so only for folders you "
+    "trained yourself (docs/training.md)"
+)
 
 
 def _load_agent_config(path: str) -> list[tuple[str | None, str]]:
@@ -80,13 +86,24 @@ def _with_concurrency(spec: str, concurrency: int | None) -> str:
     return spec_from_mapping({"kind": kind, **kwargs, "concurrency": concurrency})
 
 
+def _with_trust(spec: str, trust: bool) -> str:
+    """``spec`` with ``trust=true`` when it is a policy agent and ``--trust-policy`` was given."""
+    if not trust:
+        return spec
+    from budget_envs.eval.agents import parse_spec, spec_from_mapping
+
+    kind, kwargs = parse_spec(spec)
+    return spec_from_mapping({"kind": kind, **kwargs, "trust": True}) if kind == "policy" else spec
+
+
 def parse_agents(
     values: Sequence[str],
     configs: Sequence[str] = (),
     concurrency: int | None = None,
+    trust: bool = False,
 ) -> dict[str, str]:
     """``NAME=SPEC`` or just ``SPEC`` (then the agent's own name is used), then the agents of
-    every ``--agent-config`` file."""
+    every ``--agent-config`` file; ``trust`` adds ``trust=true`` to policy agents."""
     from budget_envs.eval.agents import make_agent
 
     pairs: list[tuple[str | None, str, str]] = []
@@ -101,7 +118,7 @@ def parse_agents(
     out: dict[str, str] = {}
     for key, spec, shown in pairs:
         try:
-            spec = _with_concurrency(spec, concurrency)
+            spec = _with_trust(_with_concurrency(spec, concurrency), trust)
             agent = make_agent(spec)  # checks the spec now, not in the first episode
         except (TypeError, ValueError) as exc:
             hint = ""
@@ -134,6 +151,7 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         args.agent or ([] if args.agent_config else ["random"]),
         args.agent_config or (),
         args.concurrency,
+        getattr(args, "trust_policy", False),
     )
     prefix_from = _prefix_source(args, agents)
     if args.quiet:  # also the model-loading bars of policy agents (here and in workers)
@@ -260,7 +278,9 @@ def _prefix_source(args: argparse.Namespace, agents: dict[str, str]) -> str | No
         raise UsageError("--prefix-from needs --prefix-turns (the prefix lengths t to replay)")
     if value in agents:
         return value
-    (name, spec), *_ = parse_agents([value], concurrency=args.concurrency).items()
+    (name, spec), *_ = parse_agents(
+        [value], concurrency=args.concurrency, trust=getattr(args, "trust_policy", False)
+    ).items()
     if name in agents and agents[name] != spec:
         raise UsageError(
             f"--prefix-from {value!r}: the name {name!r} is an --agent with another spec "

@@ -14,6 +14,7 @@ from budget_envs.commands.common import missing_modules, parse_faults, pip_extra
 
 __all__ = ["cmd_export_webshop", "cmd_serve", "cmd_serve_web", "dispatch"]
 
+
 _WEBSHOP_CLI = "budget_envs.envs.webshop.cli"
 _NO_WEBSHOP = "The web shop family is not installed."
 
@@ -51,6 +52,14 @@ def cmd_export_webshop(args: argparse.Namespace, out: TextIO) -> int:
     return dispatch(_WEBSHOP_CLI, ("export_main",), args.rest, "export-webshop", _NO_WEBSHOP)
 
 
+def _bound_name(host: str) -> list[str]:
+    """A specific address the server binds beyond loopback is a Host name it answers."""
+    from budget_envs.hostcheck import is_loopback_name
+
+    name = host.strip().strip("[]")
+    return [] if is_loopback_name(name) or name in ("", "0.0.0.0", "::") else [name]
+
+
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     """``budgetmix serve ID``: the env over OpenEnv's HTTP/WebSocket protocol (openenv extra)."""
     if missing_modules("openenv"):
@@ -65,6 +74,8 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         "idle_timeout": args.idle_timeout if args.idle_timeout > 0 else None,
         "max_message_bytes": args.max_message_bytes,
         "info_delta": not args.full_info,
+        "allow_hosts": _bound_name(args.host) + args.allow_host,
+        "allow_origins": args.allow_origin,
     }
     if args.budget is not None:
         budget = args.budget.strip()

@@ -4,9 +4,11 @@ Eval names this agent by entry point only (the ``policy`` row of
 :data:`budget_envs.eval.agents.AGENT_KINDS`): it lives here, beside the training code whose
 models it loads, so eval imports nothing of the integrations.
 
-``DIR`` is what ``budgetmix train`` wrote. For ``--trainer rllib`` that is ``policy.json`` plus an
-RLlib checkpoint: the agent loads the RLModule alone (``RLModule.from_checkpoint``; no Ray
-cluster starts), renders every state with the same
+``DIR`` is what ``budgetmix train`` wrote. For ``--trainer rllib`` that is ``policy.json`` plus
+``module.safetensors`` (and RLlib's checkpoint, which the agent does not read): the agent builds
+the RLModule from those two files alone (no pickle is read, no Ray cluster starts; a folder that
+would need RLlib's pickled checkpoint is refused unless ``trust=true``, see
+:mod:`budget_envs.integrations.rllib_weights`), renders every state with the same
 :class:`~budget_envs.integrations.rllib_features.Featurizer` settings as in training and scores
 the offered actions. A Hugging Face model folder (``config.json``) is handed to the TRL
 integration's ``load_policy(DIR, **options)``.
@@ -46,6 +48,9 @@ class PolicyAgent:
         seed: seeds the action sampling (with each episode's seed).
         greedy: play the highest-scoring action instead of sampling from the policy.
         check_visibility: refuse an evaluation whose visibility differs from the training's.
+        trust: allow a folder that can only load by unpickling (an RLlib checkpoint without
+            ``module.safetensors``): unpickling runs any code the file names, so only for a
+            folder you trained yourself (``--trust-policy`` on the command line).
         name: the agent's name in records (default ``policy:<folder name>``).
     """
 
@@ -56,11 +61,16 @@ class PolicyAgent:
         seed: int = 0,
         greedy: bool = False,
         check_visibility: bool = True,
+        trust: bool = False,
         name: str | None = None,
     ) -> None:
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {seed!r}")
-        for what, value in (("greedy", greedy), ("check_visibility", check_visibility)):
+        for what, value in (
+            ("greedy", greedy),
+            ("check_visibility", check_visibility),
+            ("trust", trust),
+        ):
             if not isinstance(value, bool):
                 raise TypeError(f"{what} must be true or false, got {value!r}")
         folder = Path(str(path)).expanduser()
@@ -70,6 +80,7 @@ class PolicyAgent:
         self.seed = seed
         self.greedy = greedy
         self.check_visibility = check_visibility
+        self.trust = trust
         self.name = name or f"policy:{folder.name}"
         meta_file = folder / "policy.json"
         self._hf = None
@@ -82,6 +93,9 @@ class PolicyAgent:
                 raise ValueError(
                     f"{meta_file}: trainer {self.meta.get('trainer')!r} is not an RLlib policy"
                 )
+            from budget_envs.integrations.rllib_weights import check_loadable
+
+            check_loadable(folder, trust=trust)  # refused now, before any episode
         elif (folder / "config.json").exists():
             self.meta = {"trainer": "hf"}
             self._hf = self._load_hf(folder)
@@ -141,16 +155,13 @@ class PolicyAgent:
     def _load(self) -> None:
         from budget_envs._util import require
         from budget_envs.integrations.rllib_features import FeatureSpec, Featurizer
-        from budget_envs.integrations.rllib_train import module_path
+        from budget_envs.integrations.rllib_weights import load_module
 
         require("ray", "ray.rllib", "torch", extra="rllib", what="an RLlib policy agent")
-        from ray.rllib.core.rl_module.rl_module import RLModule
-
-        where = module_path(self.path)
-        if not where.exists():
-            raise AgentError(f"{self.path}: no RLlib module checkpoint at {where}")
-        self._module = RLModule.from_checkpoint(str(where.resolve()))  # a URI: relative paths fail
-        self._module.eval()
+        try:
+            self._module = load_module(self.path, self.meta, trust=self.trust)
+        except ValueError as exc:
+            raise AgentError(str(exc)) from None
         self._featurizer = Featurizer(FeatureSpec.from_dict(self.meta["features"]))
 
     def reset(self, *, env_id: str, observation: str, info: Mapping[str, Any], seed: int) -> None:

@@ -4,12 +4,15 @@
 
     policy.json     what the policy is: env id, env kwargs, budget spec, visibility, the input
                     sizes (FeatureSpec), the trainer and its settings
-    checkpoint/     RLlib's algorithm checkpoint (``--resume`` continues from it); the module
-                    alone is under checkpoint/learner_group/learner/rl_module/default_policy
+    module.safetensors  the module's weights (what the policy agent loads: no pickle is read;
+                    see :mod:`budget_envs.integrations.rllib_weights`)
+    checkpoint/     RLlib's algorithm checkpoint (``--resume`` continues from it: pickle, so
+                    resume only a folder you trained)
     metrics.csv     one row per iteration (see :data:`METRICS`)
     curve.png       win rate and return per iteration (with matplotlib)
 
-``budgetmix eval --agent p=policy:DIR`` loads the module from ``checkpoint/`` without Ray.
+``budgetmix eval --agent p=policy:DIR`` loads the module from ``module.safetensors`` and
+``policy.json`` without Ray.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 from budget_envs.errors import TooManyActions
 from budget_envs.integrations.common import DEFAULT_BUDGET
+from budget_envs.integrations.rllib_weights import module_path, save_module
 
 __all__ = [
     "LEGACY_SPEED",
@@ -76,18 +80,6 @@ _RESULT_KEYS = {
     "budget_used": "budget_used",
     "invalid_action_rate": "invalid_action_rate",
 }
-
-
-def module_path(policy_dir: str | os.PathLike) -> Path:
-    """Where the RLModule of a policy folder's checkpoint lies."""
-    return (
-        Path(policy_dir)
-        / "checkpoint"
-        / "learner_group"
-        / "learner"
-        / "rl_module"
-        / ("default_policy")
-    )
 
 
 def read_metrics(out_dir: str | os.PathLike) -> list[dict[str, float]]:
@@ -359,7 +351,7 @@ def train(
                     progress=warm_start_progress,
                 )
                 algo.save_to_path(str(ckpt.resolve()))
-            meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+            save_module(algo, out, meta, meta_path)  # writes policy.json too
             done = len(rows)
             it = done + 1
             while it <= iterations:
@@ -396,6 +388,7 @@ def train(
                 _write_rows(out / "metrics.csv", rows)
                 if it % checkpoint_every == 0 or it == iterations:
                     algo.save_to_path(str(ckpt.resolve()))
+                    save_module(algo, out, meta, meta_path)
                 if progress is not None:
                     progress(it, iterations, row)
                 it += 1

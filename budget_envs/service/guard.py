@@ -9,7 +9,7 @@ import asyncio
 import json
 from typing import Any
 
-__all__ = ["DEFAULT_IDLE_TIMEOUT", "DEFAULT_MAX_MESSAGE_BYTES", "Guard"]
+__all__ = ["DEFAULT_IDLE_TIMEOUT", "DEFAULT_MAX_MESSAGE_BYTES", "Guard", "HostGuard"]
 
 #: Seconds a WebSocket session may stay silent before it is closed and its env freed.
 DEFAULT_IDLE_TIMEOUT = 300.0
@@ -202,3 +202,47 @@ class Guard:
             await send({"type": "http.response.body", "body": body})
         except Exception:  # the client went away meanwhile
             pass
+
+
+class HostGuard:
+    """ASGI middleware: requests whose ``Host`` or ``Origin`` the policy refuses get 403.
+
+    ``policy`` is a :class:`budget_envs.hostcheck.HostPolicy` (loopback only by default). An
+    HTTP request is answered 403 with a JSON error before the app sees it; a WebSocket
+    handshake is refused (the server answers 403, no session is made).
+    """
+
+    def __init__(self, app: Any, policy: Any) -> None:
+        self.app = app
+        self.policy = policy
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        host = origin = None
+        for key, value in scope.get("headers") or ():
+            if key == b"host":
+                host = value.decode("latin-1")
+            elif key == b"origin":
+                origin = value.decode("latin-1")
+        why = self.policy.refusal(host, origin)
+        if why is None:
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1008, "reason": "forbidden"})
+            return
+        body = json.dumps({"error": why, "code": "FORBIDDEN_ORIGIN"}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 403,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})

@@ -39,11 +39,13 @@ from typing import Any  # noqa: E402
 from openenv.core.env_server.http_server import HTTPEnvServer  # noqa: E402
 from openenv.core.env_server.types import ConcurrencyConfig  # noqa: E402
 
+from budget_envs.hostcheck import HostPolicy  # noqa: E402
 from budget_envs.registry import DEFAULT_BUDGET, entry_for  # noqa: E402
 from budget_envs.service.guard import (  # noqa: E402
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_MESSAGE_BYTES,
     Guard,
+    HostGuard,
 )
 from budget_envs.service.lane import EnvLane  # noqa: E402
 from budget_envs.service.models import BudgetAction, BudgetObservation, BudgetState  # noqa: E402
@@ -95,8 +97,15 @@ def create_app(
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     info_delta: bool = True,
+    allow_hosts: Any = (),
+    allow_origins: Any = (),
 ) -> Any:
     """A FastAPI app serving ``env_id`` over OpenEnv's protocol (run it with any ASGI server).
+
+    Requests (HTTP and WebSocket) whose ``Host`` is not a loopback name or one of
+    ``allow_hosts``, or whose ``Origin`` is neither absent, on loopback nor one of
+    ``allow_origins``, get 403 (:class:`~budget_envs.hostcheck.HostPolicy`; ``*`` allows any):
+    no web page the user visits can drive the server.
 
     ``budget`` / ``visibility`` / ``faults`` / ``env_kwargs`` are what ``gymnasium.make`` gets
     for every session's env. One env is built here first to check the arguments; a family with
@@ -201,6 +210,8 @@ def create_app(
     app.add_middleware(
         Guard, idle_timeout=idle_timeout, max_bytes=max_message_bytes, counters=counters
     )
+    # Added last, so it runs first: a refused request reaches neither the guard nor the app.
+    app.add_middleware(HostGuard, policy=HostPolicy(allow_hosts, allow_origins))
     return app
 
 

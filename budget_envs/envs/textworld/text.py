@@ -24,7 +24,9 @@ _META_VERBS = frozenset(
     brief verbose superbrief short long notify test actions rules scenes showme purloin abstract
     gonear tree trace random relations responses showheap showverb scope glklist version""".split()
 )
-_SEGMENT_SPLIT = re.compile(r"[.;,!?]|\bthen\b", re.IGNORECASE)
+# Where the interpreter starts a new command: sentence punctuation, "then" and line breaks (a
+# line break ends the command line; core refuses one before it gets here, this is a backstop).
+_SEGMENT_SPLIT = re.compile(r"[.;,!?\n\r\v\f]|\bthen\b", re.IGNORECASE)
 _STATUS_TAIL = re.compile(r"\n\s*>[^\n]*\s*\Z")
 _BLANK_RUNS = re.compile(r"\n{3,}")
 _BANNER_LINE = re.compile(r"^[\s$|\\/_]*\$\$[\s$|\\/_]*$")

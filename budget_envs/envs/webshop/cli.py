@@ -11,6 +11,8 @@ import ipaddress
 import sys
 from collections.abc import Sequence
 
+from budget_envs.hostcheck import add_host_policy_args
+
 __all__ = ["export_main", "serve_main"]
 
 
@@ -42,6 +44,7 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         help="add the held-out product types (the catalogue of split='test_unseen'; its seed is "
         "the env's catalogue_seed for that split)",
     )
+    add_host_policy_args(parser)
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be in 0..65535, got {args.port}")
@@ -50,6 +53,7 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     from budget_envs.envs.webshop.app import WebShopApp
     from budget_envs.envs.webshop.server import make_server
     from budget_envs.envs.webshop.shop import get_shop
+    from budget_envs.hostcheck import HostPolicy
 
     if not _is_loopback(args.host):
         print(
@@ -58,7 +62,9 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
     shop = get_shop(args.seed, args.products, args.unseen_types)
-    httpd = make_server(WebShopApp(shop), args.host, args.port)
+    bound = [] if _is_loopback(args.host) or args.host in ("0.0.0.0", "::") else [args.host]
+    policy = HostPolicy(bound + args.allow_host, args.allow_origin)
+    httpd = make_server(WebShopApp(shop), args.host, args.port, host_policy=policy)
     host, port = httpd.server_address[:2]
     print(
         f"web shop (seed {args.seed}, {len(shop.products)} products) at http://{host}:{port}",

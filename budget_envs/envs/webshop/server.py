@@ -34,6 +34,7 @@ from http.server import BaseHTTPRequestHandler
 from urllib.parse import unquote
 
 from budget_envs.envs.webshop.app import MAX_BODY
+from budget_envs.hostcheck import HostPolicy
 
 __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
@@ -152,6 +153,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     def _handle(self) -> None:
+        why = self.server.host_policy.refusal(self.headers.get("Host"), self.headers.get("Origin"))
+        if why is not None:  # a foreign page or a rebound name (see budget_envs.hostcheck)
+            self._plain(403, why)
+            return
         if len(self.path) > _MAX_URL:
             self._plain(414, "URI too long")
             return
@@ -233,6 +238,7 @@ class _Server:
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         request_timeout: float = REQUEST_TIMEOUT,
         idle_timeout: float = IDLE_TIMEOUT,
+        host_policy: HostPolicy | None = None,
     ) -> None:
         for name, value in (("workers", workers), ("max_connections", max_connections)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -241,6 +247,7 @@ class _Server:
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
         self.app = app
+        self.host_policy = HostPolicy() if host_policy is None else host_policy
         self.workers = workers
         self.max_connections = min(max_connections, max(8, _file_limit() - 128))
         self.request_timeout = float(request_timeout)
@@ -517,10 +524,19 @@ def make_server(
     *,
     workers: int = DEFAULT_WORKERS,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    host_policy: HostPolicy | None = None,
 ) -> _Server:
     """A bound (not yet serving) HTTP/1.1 server for the WSGI ``app``: ``workers`` threads run
-    requests, at most ``max_connections`` connections are open (see the module docstring)."""
-    return _Server((host, int(port)), app, workers=workers, max_connections=max_connections)
+    requests, at most ``max_connections`` connections are open (see the module docstring);
+    requests whose Host or Origin ``host_policy`` refuses (default: anything not loopback) get
+    403."""
+    return _Server(
+        (host, int(port)),
+        app,
+        workers=workers,
+        max_connections=max_connections,
+        host_policy=host_policy,
+    )
 
 
 class ShopServer:

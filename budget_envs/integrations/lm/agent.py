@@ -133,6 +133,11 @@ def load_lm(model: str, *, device: str = "cpu", dtype: str = "float32") -> tuple
         require("peft", extra="lm", what="a LoRA adapter folder")
         from peft import PeftModel
 
+        if not (folder / "adapter_model.safetensors").is_file():
+            raise ValueError(
+                f"{folder}: a LoRA adapter folder needs adapter_model.safetensors (other weight "
+                "files are pickle, which can run code, and are not loaded)"
+            )
         base_name = json.loads(adapter.read_text()).get("base_model_name_or_path")
         if not base_name:
             raise ValueError(f"{adapter} names no base model (base_model_name_or_path)")

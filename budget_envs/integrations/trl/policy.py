@@ -106,7 +106,7 @@ class PolicyAgent:
         if self.threads:
             torch.set_num_threads(int(self.threads))
         self._tokenizer = AutoTokenizer.from_pretrained(self.model_dir, padding_side="left")
-        self._model = AutoModelForCausalLM.from_pretrained(self.model_dir)
+        self._model = AutoModelForCausalLM.from_pretrained(self.model_dir, use_safetensors=True)
         self._model.eval()
         self._dialogue = _Dialogue(
             self._tokenizer,

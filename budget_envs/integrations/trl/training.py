@@ -251,7 +251,7 @@ def train(
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left")
-        policy = AutoModelForCausalLM.from_pretrained(model)
+        policy = AutoModelForCausalLM.from_pretrained(model, use_safetensors=True)
     policy.generation_config.do_sample = True
     policy.generation_config.temperature = float(temperature)
     warm_dir = save_policy(policy, tokenizer, out / WARM_START_DIR, settings)

@@ -1,0 +1,253 @@
+"""Secure by default, tried as an attacker would, through the real CLI and real servers.
+
+A policy folder someone hands you runs no code; a web page the user visits cannot drive
+``budgetmix serve`` or ``budgetmix serve-web`` (foreign ``Origin`` or ``Host``, DNS rebinding);
+each attack fails with a clear answer and leaves what a legitimate client does working.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+from service_helpers import budgetmix_serve, free_port, served
+from websockets.sync.client import connect
+
+from budget_envs.hostcheck import HostPolicy
+
+BUDGETMIX = [sys.executable, "-m", "budget_envs.cli"]
+ENV_ID = "BudgetMix/ToolUse-v0"
+
+
+def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*BUDGETMIX, *args], capture_output=True, text=True, timeout=600, cwd=cwd)
+
+
+# ------------------------------------------------------------------ a policy folder runs no code
+class _Payload:
+    """Unpickling this creates ``marker``: what an ``os.system`` payload would do, visibly."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _malicious_folder(root: Path, marker: Path) -> Path:
+    folder = root / "shared-policy"
+    where = folder / "checkpoint/learner_group/learner/rl_module/default_policy"
+    where.mkdir(parents=True)
+    (where / "class_and_ctor_args.pkl").write_bytes(pickle.dumps(_Payload(marker)))
+    (folder / "policy.json").write_text(json.dumps({"trainer": "rllib", "visibility": "hidden"}))
+    return folder
+
+
+def _eval_with(folder: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return _run(
+        "eval", ENV_ID, "--agent", f"p=policy:{folder}", "--tasks", "1", "--samples", "1",
+        "--budgets", "3", "--out", str(out), "--quiet", *extra,
+    )  # fmt: skip
+
+
+def test_a_policy_folder_that_needs_unpickling_is_refused_and_its_payload_never_runs(tmp_path):
+    marker = tmp_path / "payload-ran"
+    folder = _malicious_folder(tmp_path, marker)
+    done = _eval_with(folder, tmp_path / "run")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "module.safetensors" in done.stderr and "--trust-policy" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not marker.exists()
+    # The same folder in Python: refused at construction, before any episode.
+    from budget_envs.errors import UntrustedPolicy
+    from budget_envs.eval.agents import make_agent
+
+    with pytest.raises(UntrustedPolicy, match="trust"):
+        make_agent(f"policy:{folder}")
+    assert not marker.exists()
+
+
+def test_the_attack_is_real_when_the_user_trusts_the_folder(tmp_path):
+    """--trust-policy is what a user opts into: RLlib's loader unpickles, and the payload runs
+    (so the refusal above is what keeps it from running)."""
+    marker = tmp_path / "payload-ran"
+    folder = _malicious_folder(tmp_path, marker)
+    _eval_with(folder, tmp_path / "run", "--trust-policy")
+    assert marker.exists()
+
+
+def test_a_policy_the_suite_trained_loads_from_safetensors_and_plays(tmp_path):
+    """`budgetmix train --trainer rllib` writes module.safetensors; eval plays the folder with no
+    --trust-policy, and with the RLlib checkpoint's pickles removed it still plays the same."""
+    policy = tmp_path / "policy"
+    done = _run(
+        "train", ENV_ID, "--trainer", "rllib", "--iterations", "1", "--budget", "6",
+        "--env-kwargs", '{"level": 1}', "--out", str(policy), "--quiet",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (policy / "module.safetensors").is_file()
+    meta = json.loads((policy / "policy.json").read_text())
+    assert meta["module"]["class"] == "ActionScoringTorchModule"
+    first = _eval_with(policy, tmp_path / "run1", "--budgets", "6", "--save-transcripts")
+    assert first.returncode == 0, first.stdout + first.stderr
+    pickles = list((policy / "checkpoint").rglob("*.pkl"))
+    assert pickles
+    for path in pickles:
+        path.unlink()
+    second = _eval_with(policy, tmp_path / "run2", "--budgets", "6", "--save-transcripts")
+    assert second.returncode == 0, second.stdout + second.stderr
+
+    def transcripts(run: Path) -> list:
+        return (run / "transcripts.jsonl").read_text().splitlines()
+
+    assert transcripts(tmp_path / "run1") == transcripts(tmp_path / "run2") != []
+
+
+def test_a_lora_adapter_without_safetensors_is_refused(tmp_path):
+    from budget_envs.integrations.lm.agent import load_lm
+
+    (tmp_path / "adapter_config.json").write_text(
+        json.dumps({"base_model_name_or_path": "smollm2-135m", "peft_type": "LORA"})
+    )
+    (tmp_path / "adapter_model.bin").write_bytes(b"not loaded")
+    with pytest.raises(ValueError, match="adapter_model.safetensors"):
+        load_lm(str(tmp_path))
+
+
+# ------------------------------------------------------------------ no web page drives a server
+EVIL = "http://evil.example"
+
+
+def _handshake(url: str, headers: dict[str, str]) -> int:
+    """The status a WebSocket handshake to ``url``/ws gets, with exactly these headers (a raw
+    request: a client library would add its own Host)."""
+    host, port = url.removeprefix("http://").split(":")
+    fields = {
+        "Host": f"{host}:{port}",
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Version": "13",
+        **headers,
+    }
+    request = "GET /ws HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items())
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall((request + "\r\n").encode())
+        status_line = sock.makefile("rb").readline().decode()
+    return int(status_line.split()[1])
+
+
+@pytest.fixture(scope="module")
+def serve():
+    with budgetmix_serve(ENV_ID, "--max-sessions", "8") as srv:
+        yield srv
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Origin": EVIL},
+        {"Host": "evil.example"},
+        {"Host": "evil.example", "Origin": EVIL},
+        {"Origin": "null"},
+        {"Host": "127.0.0.1.evil.example:8000"},
+    ],
+    ids=["origin", "host", "rebinding", "null-origin", "lookalike-host"],
+)
+def test_serve_refuses_foreign_pages_on_websocket_and_http(serve, headers):
+    before = requests.get(serve.url + "/sessions", timeout=10).json()
+    assert _handshake(serve.url, headers) == 403
+    # A CORS "simple" request: text/plain, no preflight; it must make no session.
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    answer = requests.post(
+        serve.url + "/mcp", data=body, headers={"Content-Type": "text/plain", **headers}, timeout=30
+    )
+    assert answer.status_code == 403 and answer.json()["code"] == "FORBIDDEN_ORIGIN"
+    reset = requests.post(serve.url + "/reset", data="{}", headers=headers, timeout=30)
+    assert reset.status_code == 403
+    after = requests.get(serve.url + "/sessions", timeout=10).json()
+    assert after["http"]["active"] == before["http"]["active"]
+    assert after["active"] == before["active"]
+
+
+def test_serve_answers_programs_and_loopback_pages(serve):
+    assert _handshake(serve.url, {"Host": "localhost"}) == 101
+    for headers in ({}, {"Origin": serve.url}, {"Origin": "http://localhost:5173"}):
+        with connect(serve.ws_url, additional_headers=headers, open_timeout=30) as ws:
+            ws.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
+            answer = json.loads(ws.recv(timeout=60))
+            assert answer["type"] == "observation", answer
+    assert requests.get(serve.url + "/health", headers={"Host": "localhost"}, timeout=10).ok
+
+
+def test_serve_allows_the_hosts_and_origins_it_is_told():
+    with budgetmix_serve(
+        ENV_ID, "--allow-host", "envs.internal", "--allow-origin", "https://app.example"
+    ) as srv:
+        ok = requests.get(srv.url + "/health", headers={"Host": "envs.internal:80"}, timeout=10)
+        assert ok.status_code == 200
+        page = {"Origin": "https://app.example"}
+        with connect(srv.ws_url, additional_headers=page, open_timeout=30):
+            pass
+        other = requests.get(srv.url + "/health", headers={"Host": "evil.example"}, timeout=10)
+        assert other.status_code == 403
+
+
+@pytest.fixture(scope="module")
+def shop():
+    port = free_port()
+    argv = [*BUDGETMIX, "serve-web", "--port", str(port), "--products", "1000"]
+    with served(argv, port, "serve-web", health="/") as srv:
+        yield srv
+
+
+def test_serve_web_refuses_a_foreign_host_and_origin(shop):
+    assert requests.get(shop.url + "/", timeout=30).status_code == 200
+    rebound = requests.get(shop.url + "/", headers={"Host": "evil.example"}, timeout=30)
+    assert rebound.status_code == 403 and "loopback" in rebound.text
+    # A form on a foreign page posting to the shop (no preflight for a form POST).
+    posted = requests.post(
+        shop.url + "/web/new",
+        data={"task": "L1-0000"},
+        headers={"Origin": EVIL},
+        timeout=30,
+        allow_redirects=False,
+    )
+    assert posted.status_code == 403 and "Origin" in posted.text
+    own = requests.post(
+        shop.url + "/web/new",
+        data={"task": "L1-0000"},
+        headers={"Origin": shop.url},
+        timeout=30,
+        allow_redirects=False,
+    )
+    assert own.status_code == 303
+    own_page = requests.get(shop.url + "/", headers={"Origin": shop.url}, timeout=30)
+    assert own_page.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "host,origin,ok",
+    [
+        (None, None, True),
+        ("localhost:3000", None, True),
+        ("[::1]:80", "http://[::1]:80", True),
+        ("127.0.0.7", "https://127.0.0.1", True),
+        ("LOCALHOST.", None, True),
+        ("evil.example", None, False),
+        ("localhost.evil.example", None, False),
+        ("127.0.0.1", "http://evil.example", False),
+        ("127.0.0.1", "null", False),
+        ("127.0.0.1", "file://", False),
+    ],
+)
+def test_host_policy(host, origin, ok):
+    assert (HostPolicy().refusal(host, origin) is None) is ok
+    assert HostPolicy(["*"], ["*"]).refusal(host, origin) is None
