@@ -34,5 +34,5 @@ mkdir -p "$OUT/train"
 cp "$MODEL_DIR/budgetmix_policy.json" "$MODEL_DIR/metrics.csv" "$OUT/train/"
 resume=(); [ -f "$OUT/records.jsonl" ] && resume=(--resume)
 "$BIN/budgetmix" eval "$ID" --env-kwargs "$EVAL_KW" \
-  --agent "sft=lm:model=$MODEL_DIR,temperature=0.7,max_tokens=32,concurrency=20,threads=1" --agent random \
+  --agent "sft=lm:model=$MODEL_DIR,temperature=0.7,max_tokens=32,concurrency=20,threads=${THREADS:-1}" --agent random \
   --tasks 10 --samples 2 --budgets 10 --out "$OUT" --workers 1 --quiet "${resume[@]}"

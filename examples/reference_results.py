@@ -111,8 +111,31 @@ def _row_stats(recs: list[dict]) -> dict:
     }
 
 
-def _sft_section(folder: Path, untrained: list[dict] | None) -> list[str]:
-    """SFT against the untrained model and random on the same unseen ToolUse tasks."""
+#: The SFT runs of examples/lm_sft_runs.sh: (folder under study/lm, family, reference run).
+SFT_RUNS = (
+    ("sft-tooluse", "ToolUse level 1", "tooluse"),
+    ("sft-alfworld", "ALFWorld small scenes", "alfworld"),
+    ("sft-tooluse-smollm2-lora", "ToolUse level 1", "tooluse"),
+    ("sft-alfworld-smollm2-lora", "ALFWorld small scenes", "alfworld"),
+)
+
+
+def _sft_model(meta: dict) -> str:
+    st = meta["settings"]
+    if st.get("model") == "scratch":
+        return (
+            f"a small decoder built from scratch (`model=scratch`: {meta['parameters']:,} "
+            f"parameters, {st['scratch_layers']} layers of width {st['scratch_hidden']}, the "
+            f"suite's byte-level BPE tokenizer of {st['scratch_vocab']:,} tokens)"
+        )
+    return (
+        f"{st.get('model')} with LoRA (`lora=true`, r={st.get('lora_r')}, alpha "
+        f"{st.get('lora_alpha')}; {meta['parameters']:,} parameters)"
+    )
+
+
+def _sft_section(folder: Path, family: str, untrained: list[dict] | None, ref: Path) -> list[str]:
+    """SFT against the untrained model and random on the same unseen tasks of one family."""
     recs = _records(folder)
     train = folder / "train" / "budgetmix_policy.json"
     if not recs or not train.is_file() or not untrained:
@@ -125,17 +148,15 @@ def _sft_section(folder: Path, untrained: list[dict] | None) -> list[str]:
     by_agent["smollm2 (untrained)"] = untrained
     lines = [
         "",
-        "## SFT against the untrained model (ToolUse)",
+        f"### {family}: {'small decoder' if st.get('model') == 'scratch' else 'SmolLM2 + LoRA'}",
         "",
-        f"A small decoder built from scratch (`--trainer sft`, `model=scratch`: "
-        f"{meta['parameters']:,} parameters, {st['scratch_layers']} layers of width "
-        f"{st['scratch_hidden']}, the suite's byte-level BPE tokenizer of {st['scratch_vocab']:,} "
-        f"tokens) trained on {meta['rows']} oracle episodes of the train world "
-        f"({int(st['explore'] * 100)}% random turns without loss; {meta['trained_tokens']:,} of "
-        f"{meta['tokens']:,} tokens labelled), {meta['steps']} steps in {meta['wall_s'] / 60:.0f} "
-        f"minutes on 2 shared cores (final mean loss {meta['train_loss']:.3f}), then played on "
-        "the same 10 unseen tasks x 2 samples at T=10 as the untrained SmolLM2 above (temperature "
-        "0.7, the offered actions listed), beside random. Commands: `examples/lm_sft_runs.sh`.",
+        f"`--trainer sft` on {_sft_model(meta)}, trained on {meta['rows']} oracle episodes of "
+        f"the train tasks ({int(st['explore'] * 100)}% random turns without loss; "
+        f"{meta['trained_tokens']:,} of {meta['tokens']:,} tokens labelled), {meta['steps']} "
+        f"steps in {meta['wall_s'] / 60:.0f} minutes on 2 shared cores (final mean loss "
+        f"{meta['train_loss']:.3f}), then played on the same 10 unseen tasks x 2 samples at T=10 "
+        "as the untrained SmolLM2 above (temperature 0.7, the offered actions listed), beside "
+        f"random. Run folder: `study/lm/{folder.name}`.",
         "",
         "| agent | Pass@1, T=10 | won | invalid actions |",
         "|---|---|---|---|",
@@ -143,10 +164,7 @@ def _sft_section(folder: Path, untrained: list[dict] | None) -> list[str]:
     for agent, rows in by_agent.items():
         _, m = first_success_matrix(rows, 10)
         mean, low, high = bootstrap_pass_at_kt(m, [1], [10], n_boot=N_BOOT)
-        where = (
-            folder if agent != "smollm2 (untrained)" else ROOT / "study/reference/tooluse-hidden"
-        )
-        invalid = _invalid_share(where, rows)
+        invalid = _invalid_share(folder if agent != "smollm2 (untrained)" else ref, rows)
         won = sum(1 for r in rows if r.get("won"))
         lines.append(
             f"| {agent} | {_interval(mean[0, 0], low[0, 0], high[0, 0])} | {won} of {len(rows)} "
@@ -159,6 +177,29 @@ def _sft_section(folder: Path, untrained: list[dict] | None) -> list[str]:
             f"- sft - untrained SmolLM2: {_paired_difference(sft, untrained, 10)}.",
             f"- sft - random: {_paired_difference(sft, by_agent.get('random', []), 10)}.",
         ]
+    return lines
+
+
+def _sft_sections(runs: dict, missing: list[str]) -> list[str]:
+    lines = [
+        "",
+        "## SFT against the untrained model",
+        "",
+        "Each model trained on the family's own oracle demonstrations (`examples/lm_sft_runs.sh`; "
+        "`FAMILY=alfworld` and `MODEL=smollm2-135m` with LoRA select the others); the intervals "
+        "are 95% bootstrap intervals over tasks, the differences paired by task.",
+    ]
+    for name, family, fam in SFT_RUNS:
+        part = _sft_section(
+            ROOT / "study" / "lm" / name,
+            family,
+            runs.get((fam, "hidden", "")),
+            ROOT / "study" / "reference" / f"{fam}-hidden",
+        )
+        if part:
+            lines += part
+        else:
+            missing.append(f"SFT run `study/lm/{name}` ({family})")
     return lines
 
 
@@ -257,9 +298,7 @@ def write_page(root: Path) -> str:
         vis, hid = runs.get((fam, "remaining", "")), runs.get((fam, "hidden", ""))
         if vis and hid:
             lines.append(f"- {name}: {_paired_difference(vis, hid, 10)}.")
-    lines += _sft_section(
-        ROOT / "study" / "lm" / "sft-tooluse", runs.get(("tooluse", "hidden", ""))
-    )
+    lines += _sft_sections(runs, missing)
     lines += ["", "## Not yet run", ""]
     lines += [f"- {m}" for m in missing] or ["- nothing: every run is complete."]
     return "\n".join(lines) + "\n"
