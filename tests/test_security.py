@@ -13,11 +13,13 @@ import pickle
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import requests
-from service_helpers import budgetmix_serve, free_port, served
+from service_helpers import budgetmix_serve, free_port, served, wait_until
 from websockets.sync.client import connect
 
 from budget_envs.hostcheck import HostPolicy
@@ -251,3 +253,142 @@ def test_serve_web_refuses_a_foreign_host_and_origin(shop):
 def test_host_policy(host, origin, ok):
     assert (HostPolicy().refusal(host, origin) is None) is ok
     assert HostPolicy(["*"], ["*"]).refusal(host, origin) is None
+
+
+# ------------------------------------------------------------------ request ids end with their episode
+def _ask(ws, message: dict) -> dict:
+    ws.send(json.dumps(message))
+    return json.loads(ws.recv(timeout=60))
+
+
+def test_request_ids_of_an_earlier_episode_are_refused_after_a_reset(serve):
+    with connect(serve.ws_url, open_timeout=30) as ws:
+        first = _ask(ws, {"type": "reset", "data": {"seed": 1, "request_id": "r1"}})
+        task_1 = first["data"]["observation"]["info"]["task_id"]
+        step = {"type": "step", "data": {"action": "look", "request_id": "s1"}}
+        assert _ask(ws, step)["type"] == "observation"
+        again = _ask(ws, step)  # a retry inside the episode still replays
+        assert again["data"]["observation"]["replayed"]
+        second = _ask(ws, {"type": "reset", "data": {"seed": 2, "request_id": "r2"}})
+        task_2 = second["data"]["observation"]["info"]["task_id"]
+        state = _ask(ws, {"type": "state"})["data"]
+        for stale in (step, {"type": "reset", "data": {"seed": 1, "request_id": "r1"}}):
+            refused = _ask(ws, stale)
+            assert refused["type"] == "error", refused
+            assert "earlier episode" in refused["data"]["message"]
+        # Nothing moved: the env was not stepped, and the episode is still the second one.
+        assert _ask(ws, {"type": "state"})["data"] == state
+        retry = _ask(ws, {"type": "reset", "data": {"seed": 2, "request_id": "r2"}})
+        assert retry["data"]["observation"]["replayed"]
+        assert retry["data"]["observation"]["info"]["task_id"] == task_2
+        answer = _ask(ws, {"type": "step", "data": {"action": "look", "request_id": "s2"}})
+        assert answer["data"]["observation"]["info"]["task_id"] == task_2
+        assert answer["data"]["observation"]["info"]["turn"] == 1
+        # Once the episode has stepped, its reset id is spent too.
+        late = _ask(ws, {"type": "reset", "data": {"seed": 2, "request_id": "r2"}})
+        assert late["type"] == "error" and "earlier episode" in late["data"]["message"]
+    assert task_1 is not None
+
+
+# ------------------------------------------------------------------ a client that never reads
+def _raw_ws(port: int) -> socket.socket:
+    """A WebSocket connection made by hand that will never read what the server sends."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.sendall(
+        (
+            f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return sock
+
+
+def _frame(text: str) -> bytes:
+    """One masked text frame (clients must mask; a zero mask keeps the payload as it is)."""
+    data = text.encode()
+    n = len(data)
+    size = bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + n.to_bytes(2, "big")
+    return b"\x81" + size + b"\0\0\0\0" + data
+
+
+def test_a_client_that_never_reads_is_freed_within_the_idle_timeout_plus_a_bound():
+    idle, sessions_cap = 2.0, 4
+    with budgetmix_serve(
+        ENV_ID,
+        *("--max-sessions", str(sessions_cap), "--idle-timeout", str(idle), "--budget", "100000"),
+        "--full-info",
+    ) as srv:
+        port = int(srv.url.rsplit(":", 1)[1])
+        hogs = []
+        for _ in range(sessions_cap):
+            sock = _raw_ws(port)
+            sock.sendall(_frame(json.dumps({"type": "reset", "data": {"seed": 0}})))
+            # Many steps whose answers (several KB each: the whole info) are never read.
+            state = _frame(json.dumps({"type": "step", "data": {"action": "x"}}))
+            sock.settimeout(5)
+            try:
+                for _ in range(20000):
+                    sock.sendall(state)
+            except (TimeoutError, OSError):
+                pass  # the server stopped reading: its send buffer to us is full
+            hogs.append(sock)
+        start = time.monotonic()
+        wait_until(
+            lambda: requests.get(srv.url + "/sessions", timeout=10).json()["active"] == 0,
+            "the non-reading clients' sessions to be freed",
+            deadline_s=idle + 10.0 + 30.0,  # idle timeout + send timeout + slack
+        )
+        freed_after = time.monotonic() - start
+        counts = requests.get(srv.url + "/sessions", timeout=10).json()
+        assert counts["aborted"] >= 1, counts
+        # A new client gets a session at once.
+        with connect(srv.ws_url, open_timeout=30) as ws:
+            assert _ask(ws, {"type": "reset", "data": {"seed": 0}})["type"] == "observation"
+        for sock in hogs:
+            sock.close()
+    print(f"\nnon-reading clients freed {freed_after:.1f} s after they stopped sending")
+
+
+# ------------------------------------------------------------------ one TextWorld client stalls no other
+def test_a_reset_to_an_ungenerated_game_stalls_no_other_session(tmp_path):
+    kwargs = json.dumps({"level": 1, "tasks_per_level": 20, "cache_dir": str(tmp_path)})
+    with budgetmix_serve(
+        "BudgetMix/TextWorld-v0", "--env-kwargs", kwargs, "--budget", "100000"
+    ) as srv:
+        with connect(srv.ws_url, open_timeout=60) as bystander:
+            first = _ask(bystander, {"type": "reset", "data": {"options": {"task_id": 0}}})
+            assert first["type"] == "observation", first
+            sent, done = threading.Event(), threading.Event()
+            answer: dict = {}
+
+            def reset_other() -> None:
+                with connect(srv.ws_url, open_timeout=60) as other:
+                    other.send(json.dumps({"type": "reset", "data": {"options": {"task_id": 7}}}))
+                    sent.set()
+                    answer.update(json.loads(other.recv(timeout=300)))
+                done.set()
+
+            thread = threading.Thread(target=reset_other)
+            thread.start()
+            sent.wait(60)
+            steps, worst = 0, 0.0
+            while not done.is_set():  # every step here starts while the game is generated
+                t0 = time.perf_counter()
+                reply = _ask(bystander, {"type": "step", "data": {"action": "look"}})
+                worst = max(worst, time.perf_counter() - t0)
+                assert reply["type"] == "observation", reply
+                steps += 1
+            thread.join()
+        assert answer["type"] == "observation", answer
+        assert answer["data"]["observation"]["info"]["task_id"].endswith("L1-s7") or answer
+    print(
+        f"\nbystander: {steps} steps while the other session's game was generated, worst {worst:.3f} s"
+    )
+    # Before, the first step waited for the whole generation and the reset was done by then.
+    assert steps >= 5

@@ -191,11 +191,11 @@ def test_sessions_route_reports_the_env_calls_run():
         finally:
             env.close()
         after = sessions(url)["env_calls"]
-    # one opening reset (always on the worker) and five steps: every call counted once
-    assert after["inline"] + after["worker"] - before["inline"] - before["worker"] == 6
+    # the env built (always on the worker), its reset and five steps: every call counted once
+    assert after["inline"] + after["worker"] - before["inline"] - before["worker"] == 7
     runs = {k: v["runs"] for k, v in after["timed"].items()}
     assert sum(runs.values()) == after["inline"]
-    assert runs.get("step", 0) == after["inline"] - before["inline"]
+    assert runs.get("step", 0) + runs.get("reset", 0) == after["inline"] - before["inline"]
     assert all(v["seconds"] > 0 for v in after["timed"].values() if v["runs"])
 
 

@@ -583,3 +583,16 @@ def test_backslash_commands_are_refused_not_run(action):
     after, *_ = env.step("look")
     assert after == before  # the interpreter still answers, in the same state
     env.close()
+
+
+def test_prepare_reset_generates_the_game_reset_will_play(tmp_path):
+    env = TextWorldEnv(level=1, tasks_per_level=4, cache_dir=tmp_path)
+    for seed, options in ((3, None), (None, None), (0, {"task_id": 2}), (9, {"task_id": None})):
+        state = env.np_random.bit_generator.state if seed is None else None
+        env.prepare_reset(seed, options)
+        if state is not None:
+            assert env.np_random.bit_generator.state == state  # no draw from the env's generator
+        before = {p.name for p in tmp_path.rglob("*.z8")}
+        env.reset(seed=seed, options=options)
+        assert {p.name for p in tmp_path.rglob("*.z8")} == before  # reset generated nothing
+    env.close()

@@ -9,12 +9,33 @@ import asyncio
 import json
 from typing import Any
 
-__all__ = ["DEFAULT_IDLE_TIMEOUT", "DEFAULT_MAX_MESSAGE_BYTES", "Guard", "HostGuard"]
+__all__ = [
+    "DEFAULT_IDLE_TIMEOUT",
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_SEND_TIMEOUT",
+    "Guard",
+    "HostGuard",
+]
 
 #: Seconds a WebSocket session may stay silent before it is closed and its env freed.
 DEFAULT_IDLE_TIMEOUT = 300.0
 #: Largest WebSocket message or HTTP body the server reads, in bytes.
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
+#: Seconds one WebSocket send may wait on a client that does not read (a full send buffer)
+#: before the connection is aborted and its session freed.
+DEFAULT_SEND_TIMEOUT = 10.0
+
+
+def _abort(send: Any) -> None:
+    """Drop the connection under ``send`` at once, unsent data and all.
+
+    ASGI has no abort, and closing waits for the send buffer to drain, which a client that
+    never reads never lets happen: uvicorn's ``send`` is a method of its connection's protocol,
+    whose transport is aborted here. Under another server nothing is done (the session is still
+    freed: the app sees the send fail)."""
+    transport = getattr(getattr(send, "__self__", None), "transport", None)
+    if transport is not None and hasattr(transport, "abort"):
+        transport.abort()
 
 
 def _error_frame(message: str, code: str) -> str:
@@ -30,7 +51,9 @@ class Guard:
     an error frame and is dropped; the session goes on. An HTTP body is read here, counting its
     bytes as they arrive (a chunked body has no Content-Length to trust): one over
     ``max_bytes`` gets 413 as soon as it passes the limit, and the rest is never read; the app
-    gets the body read, so no request holds more than ``max_bytes`` of it.
+    gets the body read, so no request holds more than ``max_bytes`` of it. A send that waits
+    more than ``send_timeout`` seconds on a client that does not read aborts the connection:
+    the app's send fails (so its session ends), and so does a reap's.
     """
 
     def __init__(
@@ -39,8 +62,10 @@ class Guard:
         idle_timeout: float | None,
         max_bytes: int,
         counters: dict[str, int] | None = None,
+        send_timeout: float = DEFAULT_SEND_TIMEOUT,
     ) -> None:
         self.app = app
+        self.send_timeout = float(send_timeout)
         self.idle_timeout = idle_timeout
         self.max_bytes = max_bytes
         self.counters = {"reaped": 0} if counters is None else counters
@@ -66,11 +91,31 @@ class Guard:
             "timer": None,
         }
 
+        # uvicorn's protocol tells whether a send would wait (its flow-control event): while it
+        # would not, a send goes straight out, with no timeout task per message.
+        writable = getattr(getattr(send, "__self__", None), "writable", None)
+        if not hasattr(writable, "is_set"):
+            writable = None
+
+        async def bounded(message: dict) -> None:
+            if writable is not None and writable.is_set():
+                await send(message)
+                return
+            try:
+                await asyncio.wait_for(send(message), self.send_timeout)
+            except asyncio.TimeoutError:
+                state["closed"] = True
+                self.counters["aborted"] = self.counters.get("aborted", 0) + 1
+                _abort(send)
+                raise ConnectionResetError(
+                    f"the client read nothing for {self.send_timeout:g} s; connection aborted"
+                ) from None
+
         async def reap() -> None:
             state["reaped"] = True
             self.counters["reaped"] += 1
             try:
-                await send(
+                await bounded(
                     {
                         "type": "websocket.send",
                         "text": _error_frame(
@@ -82,7 +127,7 @@ class Guard:
                 )
                 state["closed"] = True
                 # the app's pending receive then gets the disconnect
-                await send(
+                await bounded(
                     {"type": "websocket.close", "code": 4000, "reason": f"idle for {timeout:g} s"}
                 )
             except Exception:  # the peer went away meanwhile: the app sees that disconnect
@@ -107,7 +152,9 @@ class Guard:
                 if timeout is not None:
                     state["since"] = loop.time()
                     state["timer"] = loop.call_at(state["since"] + timeout, due)
-            await send(message)
+                await send(message)
+                return
+            await bounded(message)
 
         async def guarded_receive() -> dict:
             while True:
@@ -126,7 +173,7 @@ class Guard:
                     else:  # a UTF-8 character takes at most 4 bytes: most messages skip encode
                         size = len(body) if 4 * len(body) <= self.max_bytes else len(body.encode())
                     if size > self.max_bytes:
-                        await send(
+                        await bounded(
                             {
                                 "type": "websocket.send",
                                 "text": _error_frame(

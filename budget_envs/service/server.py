@@ -174,7 +174,7 @@ def create_app(
     )
     add_session_routes(app, table)
 
-    counters = {"reaped": 0}
+    counters = {"reaped": 0, "aborted": 0}
 
     @app.get("/sessions", tags=["budget-envs"])
     def sessions() -> dict[str, Any]:
@@ -182,7 +182,8 @@ def create_app(
         and ``POST /reset``), the Gymnasium envs alive (``envs``: every route's), idle sessions
         closed (``reaped``), unattached ``/mcp`` sessions expired (``expired``), and the env
         calls run so far (``env_calls``: inline and worker counts, and per kind the inline runs
-        and their seconds)."""
+        and their seconds); ``aborted``: connections dropped because their client read nothing
+        for the send timeout."""
         return {
             "env_id": entry.id,
             "active": table.ws_active,
@@ -190,6 +191,7 @@ def create_app(
             "http": {"active": table.http_active, "max": table.max_http},
             "envs": counter.live,
             "reaped": counters["reaped"],
+            "aborted": counters["aborted"],
             "expired": table.expired,
             "env_calls": lane.stats(),
         }

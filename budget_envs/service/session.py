@@ -14,11 +14,15 @@ from budget_envs.service._deps import require_openenv
 
 require_openenv()
 
+import asyncio  # noqa: E402
 import functools  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
+import logging  # noqa: E402
+import threading  # noqa: E402
 import warnings  # noqa: E402
 from collections import OrderedDict  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -57,6 +61,21 @@ REPLAY_BYTES = 1 << 20
 _ANSWER_OVERHEAD = 2048
 #: Longest episode id accepted at reset, in characters.
 MAX_EPISODE_ID = 255
+#: Threads that run envs' slow reset preparation (``prepare_reset``), off the shared lane.
+PREPARE_THREADS = 2
+
+log = logging.getLogger(__name__)
+_prepare: list[ThreadPoolExecutor] = []
+_prepare_lock = threading.Lock()
+
+
+def _prepare_pool() -> ThreadPoolExecutor:
+    with _prepare_lock:
+        if not _prepare:
+            _prepare.append(
+                ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="budgetmix-prepare")
+            )
+        return _prepare[0]
 
 
 class EnvCounter:
@@ -238,6 +257,10 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         # request id -> (digest of the message, whole answer, estimated bytes)
         self._replies: OrderedDict[str, tuple[bytes, BudgetObservation, int]] = OrderedDict()
         self._replay_bytes = 0
+        # Ids of earlier episodes' requests (and of a reset whose episode has stepped): a
+        # message naming one is refused, never replayed into, or run anew in, this episode.
+        self._stale: OrderedDict[str, None] = OrderedDict()
+        self._reset_rid: str | None = None
 
     # ---------------------------------------------------------------- info deltas
     def _full_info(self, info: dict[str, Any]) -> dict[str, Any]:
@@ -325,9 +348,26 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         return obs.model_copy(update=update)
 
     # ---------------------------------------------------------------- request ids
+    def _retire(self, request_ids: Any) -> None:
+        """Move ``request_ids`` out of the replay cache into the stale ids (bounded)."""
+        for rid in list(request_ids):
+            hit = self._replies.pop(rid, None)
+            if hit is not None:
+                self._replay_bytes -= hit[2]
+            self._stale[rid] = None
+            self._stale.move_to_end(rid)
+        while len(self._stale) > REPLAY_CACHE:
+            self._stale.popitem(last=False)
+
     def _replay(self, request_id: str | None, key: bytes) -> BudgetObservation | None:
         if request_id is None:
             return None
+        if request_id in self._stale:
+            raise ValueError(
+                f"request id {_short(request_id)} belongs to an earlier episode of this session "
+                "(or to a reset whose episode has already stepped); it is not replayed or run "
+                "again: use a fresh id"
+            )
         hit = self._replies.get(request_id)
         if hit is None:
             return None
@@ -402,11 +442,10 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         if replayed is not None:
             self._delta_on = info_delta and self._config.info_delta
             return self._whole(replayed, None, replayed=True)
-        if self._env is None:
-            self._env = self._config.make()
-            self._counter.live += 1
-            self._counter.built += 1
+        self._open_env()
         text, info = self._env.reset(seed=seed, options=options)
+        self._retire(self._replies)  # request ids are scoped to their episode
+        self._reset_rid = request_id
         self._episode_id = episode_id
         self._steps = 0
         self._info = info
@@ -439,6 +478,9 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
                 "client opened a new one): send a reset first"
             )
         text, reward, terminated, truncated, info = self._env.step(action.action)
+        if self._reset_rid is not None:  # the client has its reset answer: no retry of it now
+            self._retire([self._reset_rid])
+            self._reset_rid = None
         self._steps += 1
         self._info = info
         base = action.info_base
@@ -473,8 +515,33 @@ class SessionEnv(Environment[BudgetAction, BudgetObservation, BudgetState]):
         first one (it builds the env) always runs on the worker thread."""
         call = functools.partial(self.reset, *args, **kwargs)
         if self._env is None and not self._closed:
-            return await self._lane.run("open", call, inline=False)
+            await self._lane.run("open", self._open_env, inline=False)
+        await self._prepare_reset(kwargs.get("seed"), kwargs.get("options"))
         return await self._lane.run("reset", call)
+
+    def _open_env(self) -> None:
+        if self._env is None and not self._closed:
+            self._env = self._config.make()
+            self._counter.live += 1
+            self._counter.built += 1
+
+    async def _prepare_reset(self, seed: Any, options: Any) -> None:
+        """Run the env's slow preparation for this reset (a TextWorld game generated on first
+        use) on a thread of its own, off the lane every session's calls share: other sessions
+        keep stepping meanwhile. Errors are left to the reset, which reports them."""
+        base = getattr(self._env, "unwrapped", None)
+        prepare = getattr(base, "prepare_reset", None)
+        if prepare is None or self._closed:
+            return
+        if seed is not None and (type(seed) is not int or seed < 0):
+            return
+        if options is not None and not isinstance(options, dict):
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(_prepare_pool(), prepare, seed, options)
+        except Exception:  # the reset itself raises what matters, as a turn or an error
+            log.debug("prepare_reset failed; the reset reports it", exc_info=True)
 
     async def step_async(
         self, action: BudgetAction, timeout_s: float | None = None, **kwargs: Any
