@@ -392,3 +392,35 @@ def test_a_reset_to_an_ungenerated_game_stalls_no_other_session(tmp_path):
     )
     # Before, the first step waited for the whole generation and the reset was done by then.
     assert steps >= 5
+
+
+# ------------------------------------------------------------------ two writers of one folder
+@pytest.mark.parametrize("fmt", ["chat", "lm"])
+def test_two_export_sft_runs_into_one_folder_never_mix_rows(tmp_path, fmt):
+    """The second export finds the folder's writer lock held and is refused with a clear
+    message; the first writes its rows, each episode once."""
+    out = tmp_path / "sft"
+    argv = [
+        *BUDGETMIX, "export-sft", ENV_ID, "--tasks", "40", "--out", str(out), "--quiet",
+        "--env-kwargs", '{"level": 1}', "--format", fmt,
+    ]  # fmt: skip
+    from budget_envs.eval.runner.folder import RunLock
+
+    out.mkdir()
+    with RunLock(out):  # a live writer holds the folder
+        refused = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "in use" in refused.stderr and "written" not in refused.stdout
+    assert not (out / "train.jsonl").exists()
+    first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    second = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = [p.communicate(timeout=600) + (p.returncode,) for p in (first, second)]
+    codes = sorted(code for _, _, code in results)
+    rows = [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()]
+    assert len(rows) == 40, [r[:2] for r in results]
+    if codes == [0, 2]:  # they overlapped: one was refused
+        loser = next(r for r in results if r[2] == 2)
+        assert "in use" in loser[1]
+    else:  # one ended before the other began: each wrote all 40, the last one's file stands
+        assert codes == [0, 0]
+    assert not [p.name for p in out.iterdir() if p.name.endswith((".part", ".tmp"))]

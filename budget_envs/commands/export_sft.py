@@ -21,27 +21,12 @@ EXPORT_FORMAT_HELP = (
 )
 
 
-def _export_lm(args: argparse.Namespace, out: TextIO) -> int:
-    """``--format lm``: demonstration rows of :func:`budget_envs.integrations.lm.sft.demonstrations`
-    (oracle, with ``oracle-eps[E]``'s share of random turns carrying no loss)."""
+def _write_lm_rows(args: argparse.Namespace, folder: Any, explore: float) -> tuple[list, Any]:
     import os
     import tempfile
-    from pathlib import Path
 
-    from budget_envs.eval.sft import sft_agent_spec
     from budget_envs.integrations.lm.sft import demonstrations
 
-    spec = sft_agent_spec(args.agent)
-    if spec == "oracle":
-        explore = 0.0
-    elif spec.startswith("oracle:epsilon="):
-        explore = float(spec.partition("=")[2])
-    else:
-        raise UsageError(
-            f"--format lm plays the oracle (oracle or oracle-eps[E]), not {args.agent!r}"
-        )
-    folder = Path(args.out)
-    folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{args.split}.jsonl"
     bar: Any = None
     if not args.quiet:
@@ -66,12 +51,44 @@ def _export_lm(args: argparse.Namespace, out: TextIO) -> int:
     finally:
         if bar is not None:
             bar.close()
-    # A temp file of its own, then one rename: two exports into one folder never mix rows.
+    # A temp file of its own, then one rename.
     fd, tmp = tempfile.mkstemp(prefix=f".{args.split}-", suffix=".jsonl", dir=folder)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         for row in rows:
             fh.write(json.dumps(row, sort_keys=True) + "\n")
     os.replace(tmp, target)
+    return rows, target
+
+
+def _export_lm(args: argparse.Namespace, out: TextIO) -> int:
+    """``--format lm``: demonstration rows of :func:`budget_envs.integrations.lm.sft.demonstrations`
+    (oracle, with ``oracle-eps[E]``'s share of random turns carrying no loss)."""
+    from pathlib import Path
+
+    from budget_envs.errors import RunInUse
+    from budget_envs.eval.runner.folder import RunLock
+    from budget_envs.eval.sft import sft_agent_spec
+
+    spec = sft_agent_spec(args.agent)
+    if spec == "oracle":
+        explore = 0.0
+    elif spec.startswith("oracle:epsilon="):
+        explore = float(spec.partition("=")[2])
+    else:
+        raise UsageError(
+            f"--format lm plays the oracle (oracle or oracle-eps[E]), not {args.agent!r}"
+        )
+    folder = Path(args.out)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = RunLock(folder)
+        lock.acquire()  # eval's writer lock: a second export into this folder is refused
+    except RunInUse as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        rows, target = _write_lm_rows(args, folder, explore)
+    finally:
+        lock.release()
     won = sum(1 for r in rows if r["won"])
     print(f"{len(rows)} episodes written to {target} ({won} won; lm format).", file=out)
     return 0

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from budget_envs.eval.outdir import ensure_dir, out_dir_error
+from budget_envs.eval.runner.folder import RunLock
 from budget_envs.eval.runner.inprocess import run_jobs
 from budget_envs.eval.runner.plan import EvalPlan, plan_jobs
 from budget_envs.eval.runner.records import RecordsWriter
@@ -124,7 +125,11 @@ def export_sft(
     jobs = plan_jobs(plan)
     folder = ensure_dir(out_dir, "write the SFT data")
     path = folder / f"{split}.jsonl"
-    part = folder / f".{split}.jsonl.part"
+    # The run folder's writer lock, as eval takes it: a second export into this folder is
+    # refused (RunInUse) instead of mixing its rows in; and a temp name of this process's own.
+    lock = RunLock(folder)
+    lock.acquire()
+    part = folder / f".{split}.jsonl.{os.getpid()}.part"
     if on_start is not None:
         on_start(len(jobs))
     rows = won = errors = 0
@@ -148,4 +153,5 @@ def export_sft(
     finally:
         if part.exists():
             part.unlink()
+        lock.release()
     return ExportResult(path=path, rows=rows, won=won, errors=errors)
