@@ -424,3 +424,47 @@ def test_two_export_sft_runs_into_one_folder_never_mix_rows(tmp_path, fmt):
     else:  # one ended before the other began: each wrote all 40, the last one's file stands
         assert codes == [0, 0]
     assert not [p.name for p in out.iterdir() if p.name.endswith((".part", ".tmp"))]
+
+
+# ------------------------------------------------------------------ a run writes only its own files
+def _eval(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return _run(
+        "eval", ENV_ID, "--agent", "random", "--tasks", "2", "--samples", "1", "--budgets", "3",
+        "--out", str(out), "--quiet", *extra,
+    )  # fmt: skip
+
+
+def test_eval_refuses_a_folder_whose_config_json_is_not_its_own(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    theirs = json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 576})
+    (model / "config.json").write_text(theirs)
+    done = _eval(model)
+    assert done.returncode == 2 and "not the config of an eval run" in done.stderr, done.stderr
+    assert (model / "config.json").read_text() == theirs
+    assert not (model / "records.jsonl").exists()
+
+
+def test_resume_refuses_records_linked_out_of_the_run(tmp_path):
+    run = tmp_path / "run"
+    assert _eval(run).returncode == 0
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    elsewhere.write_text("precious\n")
+    (run / "records.jsonl").unlink()
+    (run / "records.jsonl").symlink_to(elsewhere)
+    done = _eval(run, "--resume")
+    assert done.returncode == 2 and "outside the run folder" in done.stderr, done.stderr
+    assert elsewhere.read_text() == "precious\n"
+
+
+def test_report_notes_a_run_still_being_written(tmp_path):
+    from budget_envs.eval.runner.folder import RunLock
+
+    run = tmp_path / "run"
+    assert _eval(run).returncode == 0
+    quiet = _run("report", str(run), "--no-figures")
+    assert quiet.returncode == 0 and "still being written" not in quiet.stderr
+    with RunLock(run):
+        busy = _run("report", str(run), "--no-figures")
+    assert busy.returncode == 0, busy.stderr
+    assert f"still being written (pid {os.getpid()})" in busy.stderr

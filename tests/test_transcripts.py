@@ -286,7 +286,8 @@ def test_export_sft_rows_load_render_and_replay(tmp_path):
         + ["--out", str(out), "--quiet"]
     )
     assert rc == 0
-    assert sorted(p.name for p in out.iterdir()) == ["test.jsonl", "valid.jsonl"]
+    # the rows, and the writer lock eval's run folders hold too (no temp file left behind)
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "test.jsonl", "valid.jsonl"]
     ds = load(out / "test.jsonl", out / "valid.jsonl")
     assert ds.num_rows == 5
     rows = load_transcripts(out / "test.jsonl") + load_transcripts(out / "valid.jsonl")

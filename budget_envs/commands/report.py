@@ -43,6 +43,16 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError(str(exc)) from None
     print(result.text, file=out)
     print_few_tasks_warning(records)
+    from budget_envs.eval.runner.folder import writer_pid
+
+    pid = writer_pid(args.run)
+    if pid is not None:
+        who = f"pid {pid}" if pid else "a live process"
+        print(
+            f"note: {args.run} is still being written ({who}); this report covers the "
+            f"{len(records)} records so far",
+            file=sys.stderr,
+        )
     print(
         f"\nWrote {result.markdown}, {len(result.tables)} CSV tables and "
         f"{len(result.figures)} figures to {out_dir}",

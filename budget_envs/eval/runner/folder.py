@@ -34,6 +34,7 @@ __all__ = [
     "LOCK_FILE",
     "RunLock",
     "check_resume",
+    "writer_pid",
     "plan_config",
     "plan_differences",
     "read_config",
@@ -144,6 +145,24 @@ def _holder_pid(fd: int, tries: int = 20) -> int | None:
         if text.isdigit():
             return int(text)
         time.sleep(0.025)
+    return None
+
+
+def writer_pid(run_dir: str | os.PathLike[str]) -> int | None:
+    """The pid of a live writer of ``run_dir`` (0 when it is unknown), None when no run is
+    writing it; reads the lock without taking it, and creates nothing."""
+    try:
+        fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _holder_pid(fd) or 0
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # also drops the shared lock taken above
     return None
 
 

@@ -8,6 +8,7 @@ continues only the plan the folder was started with
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 from collections.abc import Callable
@@ -107,6 +108,7 @@ def run_plan(
         with contextlib.suppress(OutDirError), RunLock(run_dir):
             pass
         _refuse_overwrite(records_path)
+    _check_own_files(run_dir)
     if ray is not None:
         connect(ray)  # fail before anything is written when the cluster is unreachable
     preflight_agents(plan.agents)  # likewise for a dead or wrong LLM endpoint (PreflightError)
@@ -194,6 +196,30 @@ def _writer(records_path: Path) -> RecordsWriter:
         return RecordsWriter(records_path)
     except OSError as exc:
         raise out_dir_error("write", records_path, exc) from None
+
+
+def _check_own_files(run_dir: Path) -> None:
+    """Refuse a folder whose ``config.json`` is not an eval run's (a model folder's, say: it
+    would be overwritten) or whose records or transcripts are links out of the folder (a resume
+    would append to, or read, a file elsewhere)."""
+    for name in (RECORDS_FILE, TRANSCRIPTS_FILE, CONFIG_FILE):
+        path = run_dir / name
+        if path.is_symlink() and run_dir.resolve() not in path.resolve().parents:
+            raise OutDirError(
+                f"{path} is a link to {path.resolve()}, outside the run folder; a run writes "
+                "only files of its own folder: remove the link or choose another folder"
+            )
+    config_path = run_dir / CONFIG_FILE
+    if config_path.is_file():
+        try:
+            config = json.loads(config_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # torn: the resume's own check, if records stand beside it
+            config = None if not (run_dir / RECORDS_FILE).exists() else {"env_ids", "agents"}
+        if not (isinstance(config, (dict, set)) and "env_ids" in config and "agents" in config):
+            raise OutDirError(
+                f"{config_path} is not the config of an eval run (no env_ids and agents); "
+                "writing the run here would overwrite it: choose another folder"
+            )
 
 
 def _holds_records(records_path: Path) -> bool:
