@@ -12,7 +12,7 @@ from budget_envs.integrations.manager import BudgetMixEnvManager
 
 TOOLUSE = "BudgetMix/ToolUse-v0"
 WRONG_SUBMIT = '{"tool_calls": [{"name": "submit", "arguments": {"answer": "999.99"}}]}'
-HOSTILE = ["", "\x00\x00", '{"tool_calls": [{"name":', None]
+HOSTILE = ["", "\x00\x00", '{"tool_calls": [{"name":', "x" * 100_000]
 
 
 def _oracle(manager, i):

@@ -468,3 +468,47 @@ def test_report_notes_a_run_still_being_written(tmp_path):
         busy = _run("report", str(run), "--no-figures")
     assert busy.returncode == 0, busy.stderr
     assert f"still being written (pid {os.getpid()})" in busy.stderr
+
+
+# ------------------------------------------------------------------ trainer doors validate their input
+def test_the_env_manager_validates_actions_seeds_and_task_ids_and_resets_all_or_nothing():
+    from budget_envs.integrations.manager import BudgetMixEnvManager
+
+    manager = BudgetMixEnvManager(ENV_ID, n=4, group_n=2, seed=0, level=1)
+    try:
+        manager.reset()
+        turns = [env.unwrapped.turn for env in manager.envs]
+        for bad in ("look", b"look", None, ["look"] * 3, ["look", None, "look", "look"]):
+            with pytest.raises((TypeError, ValueError)):
+                manager.step(bad)
+        assert [env.unwrapped.turn for env in manager.envs] == turns  # nothing was played
+        before = [env.unwrapped.task_id for env in manager.envs]
+        for bad in (
+            [{"seed": 1.9}, {}],
+            [{"seed": True}, {}],
+            [{}, {"task_id": "no-such-task"}],
+            [{}, {"task_id": 10**6}],
+            [{"taskid": 0}, {}],
+        ):
+            with pytest.raises((TypeError, ValueError)):
+                manager.reset(bad)
+            assert [env.unwrapped.task_id for env in manager.envs] == before  # none reset
+        manager.reset([{"task_id": 1, "seed": 3}, {"task_id": manager.task_ids[2]}])
+        assert [env.unwrapped.task_id for env in manager.envs] == [
+            manager.task_ids[1], manager.task_ids[1], manager.task_ids[2], manager.task_ids[2]
+        ]  # fmt: skip
+    finally:
+        manager.close()
+
+
+def test_the_skyrl_env_takes_task_indices_and_refuses_non_text_actions():
+    from budget_envs.integrations.skyrl import BudgetMixTextEnv
+
+    env = BudgetMixTextEnv(ENV_ID, {"budget": 5, "env_kwargs": {"level": 1}}, {"task_id": 2})
+    env.init(None)
+    assert env.env.unwrapped.task_id == env.env.unwrapped.task_ids[2]
+    with pytest.raises(TypeError):
+        env.step(None)
+    assert env.turns == 0
+    with pytest.raises(TypeError):
+        BudgetMixTextEnv(ENV_ID, {"budget": 5}, {"seed": 1.9})

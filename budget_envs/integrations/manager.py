@@ -116,6 +116,7 @@ class BudgetMixEnvManager:
             self.close()
             raise
         self.task_ids: Sequence[str] = self.envs[0].unwrapped.task_ids
+        self._task_set = frozenset(self.task_ids)
         self._obs = [""] * n
         self._infos: list[dict[str, Any]] = [{} for _ in range(n)]
         self._history: list[list[tuple[str, str]]] = [[] for _ in range(n)]
@@ -152,10 +153,12 @@ class BudgetMixEnvManager:
             )
             for _ in range(groups)
         ]
-        for g, (task_id, seed) in enumerate(draws):
-            given = kwargs[g] if kwargs is not None else {}
-            task_id = str(given.get("task_id", task_id))
-            seed = int(given.get("seed", seed))
+        # Every group's task and seed checked before any env resets: all of them or none.
+        plan = [
+            self._checked(g, kwargs[g] if kwargs is not None else {}, *draws[g])
+            for g in range(groups)
+        ]
+        for g, (task_id, seed) in enumerate(plan):
             for i in range(g * self.group_n, (g + 1) * self.group_n):
                 obs, info = self.envs[i].reset(seed=seed, options={"task_id": task_id})
                 self._system[i] = system_prompt(self.env_id, info, DEFAULT_PROMPTS)
@@ -167,15 +170,56 @@ class BudgetMixEnvManager:
         self._reset_once = True
         return self._observations(), [dict(i) for i in self._infos]
 
+    def _checked(
+        self, group: int, given: Mapping[str, Any], task_id: str, seed: int
+    ) -> tuple[str, int]:
+        """Group ``group``'s task id and seed: the drawn ones, or those ``given`` names (a task
+        id or an index of ``task_ids``, as ``reset(options=...)`` takes; an int seed >= 0)."""
+        unknown = sorted(set(given) - {"task_id", "seed"})
+        if unknown:
+            raise ValueError(f"kwargs[{group}]: unknown keys {unknown}; expected task_id, seed")
+        if "seed" in given:
+            seed = given["seed"]
+            if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+                raise TypeError(f"kwargs[{group}]['seed'] must be an int >= 0, got {seed!r}")
+            seed = int(seed)
+        if "task_id" in given:
+            wanted = given["task_id"]
+            if isinstance(wanted, (int, np.integer)) and not isinstance(wanted, bool):
+                if not -len(self.task_ids) <= int(wanted) < len(self.task_ids):
+                    raise ValueError(
+                        f"kwargs[{group}]['task_id'] index {int(wanted)} is out of range: "
+                        f"{len(self.task_ids)} tasks"
+                    )
+                wanted = self.task_ids[int(wanted)]
+            elif not isinstance(wanted, str) or wanted not in self._task_set:
+                raise ValueError(
+                    f"kwargs[{group}]['task_id'] must be one of task_ids or an index, got "
+                    f"{wanted!r}"
+                )
+            task_id = wanted
+        return task_id, seed
+
     def step(
         self, text_actions: Sequence[str]
     ) -> tuple[dict[str, Any], np.ndarray, np.ndarray, list[dict[str, Any]]]:
         """Play one turn in every env that is not done (see the class docstring)."""
         if not self._reset_once:
             raise RuntimeError("call reset() before step()")
+        if isinstance(text_actions, (str, bytes)) or not isinstance(text_actions, Sequence):
+            raise TypeError(
+                f"step needs a list of {self.n} strings, one per env, got "
+                f"{type(text_actions).__name__} {text_actions!r:.80}"
+            )
         text_actions = list(text_actions)
         if len(text_actions) != self.n:
             raise ValueError(f"step needs {self.n} actions, one per env, got {len(text_actions)}")
+        bad = [i for i, a in enumerate(text_actions) if not isinstance(a, str)]
+        if bad:
+            raise TypeError(
+                f"step needs a string for every env; env {bad[0]} got "
+                f"{type(text_actions[bad[0]]).__name__} ({len(bad)} not strings); nothing was played"
+            )
         rewards = np.zeros(self.n, dtype=np.float32)
         for i, reply in enumerate(text_actions):
             group = i // self.group_n
@@ -183,7 +227,7 @@ class BudgetMixEnvManager:
                 self._infos[i] = dict(self._infos[i], ignored=True)
                 self._infos[i].pop("fault", None)
                 continue
-            action = self.parse(reply if isinstance(reply, str) else str(reply))
+            action = self.parse(reply)
             obs, reward, terminated, truncated, info = self.envs[i].step(action)
             rewards[i] = float(reward)
             self._done[i] = bool(terminated or truncated)

@@ -209,7 +209,14 @@ class BudgetMixTextEnv(_base.BaseTextEnv):
     def init(self, prompt: list[dict[str, Any]] | None) -> tuple[list[dict[str, Any]], dict]:
         """Reset the env; the prompt's messages then the first observation, and metadata."""
         global _warned_max_turns
-        options = None if self.task_id is None else {"task_id": str(self.task_id)}
+        task = self.task_id
+        if task is not None and not isinstance(task, str):
+            if isinstance(task, float) and task.is_integer():  # parquet's integral floats
+                task = int(task)
+            if isinstance(task, bool) or not isinstance(task, Integral):
+                raise TypeError(f"extras['task_id'] must be a task id or an index, got {task!r}")
+            task = int(task)  # an index of the env's task_ids, as reset(options=...) takes
+        options = None if task is None else {"task_id": task}
         obs, info = self.env.reset(seed=self.seed, options=options)
         self.max_turns = int(info["budget"]["limit"])
         self.turns = 0
@@ -249,7 +256,9 @@ class BudgetMixTextEnv(_base.BaseTextEnv):
                 metadata=dict(self._metadata),
                 postprocessed_action=None,
             )
-        sent = action_from_reply(action if isinstance(action, str) else str(action))
+        if not isinstance(action, str):
+            raise TypeError(f"step needs the model's reply as a str, got {type(action).__name__}")
+        sent = action_from_reply(action)
         obs, reward, terminated, truncated, info = self.env.step(sent)
         self.turns += 1
         self.reward += float(reward)
