@@ -32,7 +32,7 @@ import copy
 import hashlib
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -40,6 +40,7 @@ import numpy as np
 from gymnasium import error
 
 from budget_envs.errors import ActionRejected, EnvClosed, SnapshotMismatch, UnknownFaultKind
+from budget_envs.snapshot import Snapshot, _rng_from_state, _show_scope, snapshot_problem
 from budget_envs.spaces import MAX_TEXT_LENGTH, PRINTABLE, AgentText, text_space
 
 __all__ = [
@@ -165,39 +166,6 @@ class FaultOutcome:
     def __post_init__(self) -> None:
         if self.effect not in FAULT_EFFECTS:
             raise ValueError(f"effect must be one of {list(FAULT_EFFECTS)}, got {self.effect!r}")
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """A point in an episode that :meth:`TextAgentEnv.restore` can return to.
-
-    ``payload`` is the family's native state when it has one; otherwise it is ``None`` and the
-    episode is rebuilt by replaying ``trace`` (every state-changing event since reset) from the
-    reset RNG state ``reset_rng``.
-    ``env`` (module.class of the env that took it) and ``scope`` (its ``_snapshot_scope()``) say
-    where it restores; older pickles load with ``env=None`` and only their task is checked.
-    """
-
-    task_id: str
-    observation: str
-    trace: tuple = ()
-    reset_rng: dict | None = None
-    rng: dict | None = None
-    done: bool = False
-    turn: int = 0
-    payload: Any = field(default=None, compare=False)
-    env: str | None = None
-    scope: tuple = ()
-
-
-def _show_scope(scope: tuple) -> str:
-    return f" ({', '.join(f'{k}={v!r}' for k, v in scope)})" if scope else ""
-
-
-def _rng_from_state(state: dict) -> np.random.Generator:
-    bit_gen = getattr(np.random, state["bit_generator"])()
-    bit_gen.state = state
-    return np.random.Generator(bit_gen)
 
 
 class TextAgentEnv(gym.Env[str, str]):
@@ -615,6 +583,9 @@ class TextAgentEnv(gym.Env[str, str]):
     def _resolve_task(self, options: dict[str, Any] | None) -> str:
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+        unknown = sorted(map(str, set(options or ()) - {"task_id"}))
+        if unknown:  # a typo (taskid) must not play a seeded task silently
+            raise ValueError(f"unknown reset options {unknown}; the env takes task_id")
         wanted = None if options is None else options.get("task_id")
         ids = self.task_ids
         if wanted is None:
@@ -689,9 +660,24 @@ class TextAgentEnv(gym.Env[str, str]):
         or of a task this env lacks. :class:`EnvClosed`: after ``close()``.
         """
         self._require_open()
-        if not isinstance(snap, Snapshot):
-            raise TypeError(f"restore() expects a Snapshot, got {type(snap).__name__}")
+        why = snapshot_problem(snap)
+        if why is not None:
+            raise SnapshotMismatch(
+                f"restore(): not a snapshot of this env: {why}. Nothing changed."
+            )
         self._check_snapshot(snap)
+        before = self.snapshot() if self._task_id is not None else None
+        try:
+            return self._restore(snap)
+        except (ActionRejected, AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
+            if before is not None:  # a forged trace or state: back to where the env was
+                self._restore(before)
+            raise SnapshotMismatch(
+                f"restore(): the snapshot does not restore in this env ({exc!r:.120}); "
+                "the env is as it was"
+            ) from None
+
+    def _restore(self, snap: Snapshot) -> str:
         if snap.payload is not None:
             self._restore_state(snap.payload)
             self._task_id = snap.task_id

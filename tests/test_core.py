@@ -10,7 +10,7 @@ import pytest
 from toy_env import ToyEnv
 
 from budget_envs.core import Snapshot, TextAgentEnv
-from budget_envs.errors import UnknownFaultKind
+from budget_envs.errors import SnapshotMismatch, UnknownFaultKind
 
 
 class Chatty(ToyEnv):
@@ -80,7 +80,7 @@ def test_restore_rejects_foreign_objects_and_snapshot_is_value_like():
     env.reset(seed=3)
     snap = env.snapshot()
     assert isinstance(snap, Snapshot) and snap.trace == ()
-    with pytest.raises(TypeError, match="Snapshot"):
+    with pytest.raises(SnapshotMismatch, match="not a Snapshot"):
         env.restore({"task_id": "toy-000"})
 
 

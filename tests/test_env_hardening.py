@@ -267,7 +267,7 @@ def test_a_session_flood_from_another_client_does_not_stop_a_live_env():
 def _slow_connection(server):
     """A connection that starts a request and never finishes it (a slowloris client)."""
     sock = socket.create_connection((server.host, server.port), timeout=10)
-    sock.sendall(b"POST /api/sessions HTTP/1.1\r\nHost: shop\r\nContent-Length: 40\r\n\r\n{")
+    sock.sendall(b"POST /api/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 40\r\n\r\n{")
     return sock
 
 
@@ -309,7 +309,7 @@ def test_connections_over_the_cap_wait_for_a_free_slot():
     server = ShopServer.start(seed=0, workers=2, max_connections=cap)
     held = []
     try:
-        request = b"GET /api/info HTTP/1.1\r\nHost: shop\r\n\r\n"
+        request = b"GET /api/info HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
         for _ in range(cap):  # each answered once, then idle on keep-alive: every slot taken
             sock = socket.create_connection((server.host, server.port), timeout=10)
             sock.sendall(request)

@@ -58,6 +58,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "budget_envs.env_options",
             "budget_envs.fault_turns",
             "budget_envs.hostcheck",
+            "budget_envs.snapshot",
         ),
     ),
     ("wrappers", ("budget_envs.wrappers",)),

@@ -321,7 +321,7 @@ def test_a_client_that_never_reads_is_freed_within_the_idle_timeout_plus_a_bound
     idle, sessions_cap = 2.0, 4
     with budgetmix_serve(
         ENV_ID,
-        *("--max-sessions", str(sessions_cap), "--idle-timeout", str(idle), "--budget", "100000"),
+        *("--max-sessions", str(sessions_cap), "--idle-timeout", str(idle), "--budget", "10000"),
         "--full-info",
     ) as srv:
         port = int(srv.url.rsplit(":", 1)[1])
@@ -359,7 +359,7 @@ def test_a_client_that_never_reads_is_freed_within_the_idle_timeout_plus_a_bound
 def test_a_reset_to_an_ungenerated_game_stalls_no_other_session(tmp_path):
     kwargs = json.dumps({"level": 1, "tasks_per_level": 20, "cache_dir": str(tmp_path)})
     with budgetmix_serve(
-        "BudgetMix/TextWorld-v0", "--env-kwargs", kwargs, "--budget", "100000"
+        "BudgetMix/TextWorld-v0", "--env-kwargs", kwargs, "--budget", "10000"
     ) as srv:
         with connect(srv.ws_url, open_timeout=60) as bystander:
             first = _ask(bystander, {"type": "reset", "data": {"options": {"task_id": 0}}})
@@ -512,3 +512,59 @@ def test_the_skyrl_env_takes_task_indices_and_refuses_non_text_actions():
     assert env.turns == 0
     with pytest.raises(TypeError):
         BudgetMixTextEnv(ENV_ID, {"budget": 5}, {"seed": 1.9})
+
+
+# ------------------------------------------------------------------ inputs that were taken silently
+@pytest.mark.parametrize("env_id", [ENV_ID, "BudgetMix/WebShop-v0"])
+def test_unknown_reset_options_and_absurd_budgets_are_errors(env_id):
+    import gymnasium as gym
+
+    env = gym.make(env_id, budget=10, level=1)
+    try:
+        with pytest.raises(ValueError, match="unknown reset options"):
+            env.reset(seed=0, options={"taskid": 0})
+        for budget in (10**20, 10_001):
+            with pytest.raises(ValueError, match="at most 10,000"):
+                env.reset(seed=0, options={"budget": budget})
+        _, info = env.reset(seed=0, options={"budget": 10_000, "task_id": 0})
+        assert info["budget"]["limit"] == 10_000
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="at most 10,000"):
+        gym.make(env_id, budget=10**20, level=1)
+    with pytest.raises(ValueError, match="at most 10,000"):
+        gym.make(env_id, budget="5..20000", level=1)
+
+
+def test_a_forged_snapshot_is_a_mismatch_and_changes_nothing():
+    import dataclasses
+
+    import gymnasium as gym
+
+    from budget_envs.errors import SnapshotMismatch
+
+    env = gym.make(ENV_ID, budget=None, level=1)
+    base = env.unwrapped
+    env.reset(seed=0, options={"task_id": 0})
+    env.step(base.oracle_actions()[0])
+    good = base.snapshot()
+    env.step(base.oracle_actions()[0])
+    here = (base.turn, base.cost_to_go(), base.current_info()["state_hash"])
+    forged = [
+        "not a snapshot",
+        {"task_id": good.task_id},
+        dataclasses.replace(good, scope=5),
+        dataclasses.replace(good, trace=(("step",),)),
+        dataclasses.replace(good, trace=(("exec", "rm -rf"),)),
+        dataclasses.replace(good, turn=-1),
+        dataclasses.replace(good, reset_rng="state"),
+        # a well-formed trace that does not replay (the replay path: no native state)
+        dataclasses.replace(good, payload=None, trace=good.trace + (("step", '{"x": 1}'),) * 2),
+        dataclasses.replace(good, payload="garbage"),
+    ]
+    for snap in forged:
+        with pytest.raises(SnapshotMismatch):
+            base.restore(snap)
+        assert (base.turn, base.cost_to_go(), base.current_info()["state_hash"]) == here
+    assert base.restore(good) == good.observation
+    env.close()

@@ -6,7 +6,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from budget_envs.wrappers.budget_spec import BudgetSpec, parse_budget
+from budget_envs.wrappers.budget_spec import BudgetSpec, _turns, parse_budget
 from gymnasium.envs.registration import EnvSpec
 
 from budget_envs.core import PRINTABLE
@@ -193,12 +193,7 @@ class BudgetWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
         if options is not None and "budget" in options:
             options = dict(options)
             override = options.pop("budget")
-            if isinstance(override, bool) or not isinstance(override, (int, np.integer)):
-                raise TypeError(
-                    f"options['budget'] must be an int number of turns, got {override!r}"
-                )
-            if override < 1:
-                raise ValueError(f"options['budget'] must be at least 1, got {override!r}")
+            override = _turns(override, "options['budget']")
         obs, info = self.env.reset(seed=seed, options=options)
         # The draw happens even when overridden, so one override does not shift later episodes.
         drawn = self.budget_spec.sample(self.budget_rng, self.episodes)

@@ -50,6 +50,7 @@ __all__ = [
     "Choice",
     "Fixed",
     "LogUniform",
+    "MAX_BUDGET",
     "Schedule",
     "Uniform",
     "budget_to_json",
@@ -57,11 +58,21 @@ __all__ = [
 ]
 
 
+#: The largest turn budget any spec may draw: a limit no episode reaches is no limit, and a
+#: number like 10**20 is a mistake (use ``budget=None`` for the bare env).
+MAX_BUDGET = 10_000
+
+
 def _turns(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{what} must be an int number of turns, got {value!r}")
     if value < 1:
         raise ValueError(f"{what} must be at least 1 turn, got {value!r}")
+    if value > MAX_BUDGET:
+        raise ValueError(
+            f"{what} must be at most {MAX_BUDGET:,} turns, got {value!r} (budget=None plays "
+            "the env without a limit)"
+        )
     return int(value)
 
 
