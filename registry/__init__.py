@@ -99,9 +99,11 @@ def make_env(
     budget: Any = DEFAULT_BUDGET,
     visibility: str = "hidden",
     faults: Any = None,
+    budget_info: bool = True,
     **env_kwargs: Any,
 ) -> gym.Env:
-    """Build ``entry``'s env with its wrapper stack (what ``gymnasium.make`` calls)."""
+    """Build ``entry``'s env with its wrapper stack (what ``gymnasium.make`` calls);
+    ``budget_info=False`` leaves ``info["budget"]`` out (see :class:`BudgetWrapper`)."""
     from budget_envs.wrappers import BudgetWrapper, ErrorInjection
 
     fault_kwargs = _fault_kwargs(faults)
@@ -117,6 +119,7 @@ def make_env(
             env,
             budget=entry.default_budget if budget is DEFAULT_BUDGET else budget,
             visibility=visibility,
+            budget_info=budget_info,
         )
     return env
 

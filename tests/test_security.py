@@ -568,3 +568,51 @@ def test_a_forged_snapshot_is_a_mismatch_and_changes_nothing():
         assert (base.turn, base.cost_to_go(), base.current_info()["state_hash"]) == here
     assert base.restore(good) == good.observation
     env.close()
+
+
+# ------------------------------------------------------------------ half-sent requests and floods
+def test_serve_drops_half_sent_headers_and_caps_open_connections():
+    from budget_envs.service.http_limits import DEFAULT_HEADER_TIMEOUT, max_connections_for
+
+    cap = max_connections_for(8)  # 64 for --max-sessions 8
+    with budgetmix_serve(ENV_ID, "--max-sessions", "8") as srv:
+        port = int(srv.url.rsplit(":", 1)[1])
+        slow = []
+        for _ in range(cap + 16):  # half a request head each, never finished
+            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            slow.append(sock)
+        start = time.monotonic()
+        closed = 0
+        for sock in slow:  # every one is dropped: at once over the cap, or at the timeout
+            sock.settimeout(DEFAULT_HEADER_TIMEOUT + 30)
+            try:
+                data = sock.recv(1024)
+            except ConnectionResetError:
+                data = b""
+            closed += data == b""
+            sock.close()
+        waited = time.monotonic() - start
+        assert closed == len(slow)
+        # The server answers a whole request at once afterwards.
+        assert requests.get(srv.url + "/health", timeout=10).ok
+        assert "Traceback" not in srv.log()
+    print(f"\n{len(slow)} half-sent requests all dropped within {waited:.1f} s")
+
+
+def test_a_hidden_budget_can_be_left_out_of_info():
+    import gymnasium as gym
+
+    shown = gym.make(ENV_ID, budget=5, level=1)  # the default: info["budget"] even when hidden
+    _, info = shown.reset(seed=0)
+    assert info["budget"] == {"limit": 5, "used": 0, "remaining": 5}
+    shown.close()
+    env = gym.make(ENV_ID, budget=5, level=1, budget_info=False)
+    _, info = env.reset(seed=0)
+    assert "budget" not in info
+    for turn in range(1, 6):
+        _, _, terminated, truncated, info = env.step("")
+        assert "budget" not in info
+    assert truncated and not terminated and info["stop_reason"] == "budget"
+    assert env.get_wrapper_attr("limit") == 5 and env.get_wrapper_attr("used") == 5
+    env.close()

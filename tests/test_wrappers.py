@@ -220,6 +220,7 @@ def test_records_constructor_args():
         "template": "Turns left: {remaining} of {limit}",
         "warn_within": 2,
         "seed": 3,
+        "budget_info": True,
     }
 
 

@@ -34,7 +34,10 @@ class BudgetWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
     at most ``warn_within`` turns are left, and any string with ``{remaining}`` (fields
     ``remaining``, ``limit``, ``used``) is shown on every observation as a custom template.
 
-    ``info["budget"]`` holds ``{"limit", "used", "remaining"}`` on every reset and step; the step
+    ``info["budget"]`` holds ``{"limit", "used", "remaining"}`` on every reset and step, with
+    every visibility, ``"hidden"`` included: a hand-written loop that passes ``info`` to its model
+    shows it the budget. ``budget_info=False`` leaves the key out (the limit is still enforced,
+    and the wrapper's ``limit`` / ``used`` attributes still say it). The step
     that ends the episode adds ``info["episode_summary"]`` with the limit, turns used, whether the
     task was won, the first success turn (the turn on which the env terminated with
     ``info["won"]``; the contract says a win always terminates; ``-1`` when not won) and the stop
@@ -68,6 +71,7 @@ class BudgetWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
         template: str = DEFAULT_TEMPLATE,
         warn_within: int = 3,
         seed: int | None = None,
+        budget_info: bool = True,
     ) -> None:
         """Wrap ``env``.
 
@@ -78,6 +82,7 @@ class BudgetWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
             template: the line shown by ``"remaining"`` and ``"final_warning"``.
             warn_within: ``"final_warning"`` shows the line while at most this many turns are left.
             seed: seeds the budget draws until the first ``reset(seed=...)``.
+            budget_info: put ``info["budget"]`` in every reset and step (False: leave it out).
         """
         spec = parse_budget(budget)
         if not isinstance(visibility, str):
@@ -108,6 +113,8 @@ class BudgetWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
             raise ValueError(f"warn_within must be at least 1, got {warn_within!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
             raise TypeError(f"seed must be an int or None, got {seed!r}")
+        if not isinstance(budget_info, bool):
+            raise TypeError(f"budget_info must be true or false, got {budget_info!r}")
         # The canonical JSON form, not the object given: (5, 20) would come back from JSON as the
         # two-item list [5, 20] (a choice), and LogUniform or int-keyed mappings not at all.
         gym.utils.RecordConstructorArgs.__init__(
@@ -117,8 +124,10 @@ class BudgetWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
             template=template,
             warn_within=warn_within,
             seed=seed,
+            budget_info=budget_info,
         )
         gym.Wrapper.__init__(self, env)
+        self._budget_info = budget_info
         self.budget_spec: BudgetSpec = spec
         self.visibility = visibility
         self.template = template
@@ -202,7 +211,8 @@ class BudgetWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
         self._used = 0
         self._first_success = None
         self._over = False
-        info["budget"] = {"limit": self._limit, "used": 0, "remaining": self._limit}
+        if self._budget_info:
+            info["budget"] = {"limit": self._limit, "used": 0, "remaining": self._limit}
         if self._show is not None:
             obs = self._annotate(obs)
         return obs, info
@@ -214,7 +224,8 @@ class BudgetWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
         limit = self._limit
         if used < limit and not (terminated or truncated):
             # The common turn: kept lean, since it runs on every step of every rollout.
-            info["budget"] = {"limit": limit, "used": used, "remaining": limit - used}
+            if self._budget_info:
+                info["budget"] = {"limit": limit, "used": used, "remaining": limit - used}
             if self._show is None:
                 return obs, reward, terminated, truncated, info
             return self._annotate(obs), reward, terminated, truncated, info
@@ -223,7 +234,8 @@ class BudgetWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
         if used >= limit and not terminated:
             truncated = True
             info["stop_reason"] = "budget"
-        info["budget"] = {"limit": limit, "used": used, "remaining": max(limit - used, 0)}
+        if self._budget_info:
+            info["budget"] = {"limit": limit, "used": used, "remaining": max(limit - used, 0)}
         if not self._over:
             self._over = True
             info["episode_summary"] = {

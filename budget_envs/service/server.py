@@ -47,6 +47,11 @@ from budget_envs.service.guard import (  # noqa: E402
     Guard,
     HostGuard,
 )
+from budget_envs.service.http_limits import (  # noqa: E402
+    DEFAULT_HEADER_TIMEOUT,
+    limited_h11,
+    max_connections_for,
+)
 from budget_envs.service.lane import EnvLane  # noqa: E402
 from budget_envs.service.models import BudgetAction, BudgetObservation, BudgetState  # noqa: E402
 from budget_envs.service.routes import add_session_routes  # noqa: E402
@@ -270,11 +275,16 @@ def run_app(
     # uvicorn's own cap sits above the guard's, so a message up to 4 times the limit gets the
     # guard's clear error frame instead of a bare close; beyond this, the connection is closed
     # (1009) before the message is read, so no connection buffers more than this.
+    table = getattr(getattr(app, "state", None), "sessions", None)
+    cap = max_connections_for(table.max_ws if table is not None else DEFAULT_MAX_SESSIONS)
     uvicorn.run(
         app,
         host=host,
         port=port,
         log_level=log_level,
+        # A connection must finish its request head within DEFAULT_HEADER_TIMEOUT seconds, and
+        # at most ``cap`` are open at once (see budget_envs.service.http_limits).
+        http=limited_h11(DEFAULT_HEADER_TIMEOUT, cap),
         ws_max_size=ws_max_size(max_message_bytes),
         # Observations are small JSON on a local network: compressing each one costs more CPU
         # than it saves.
