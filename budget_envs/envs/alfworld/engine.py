@@ -26,6 +26,7 @@ import os
 import re
 import sys
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -416,6 +417,32 @@ def _build(path: str) -> _GameCache:
     return _GameCache(data, logic, tr)
 
 
+#: Fast Downward library copies of closed engines, reused by the next engines of this process.
+#: ``fast_downward.load_lib()`` copies ``libdownward.so`` and dlopens the copy, which is never
+#: unloaded: about 2.7 MiB and 5 memory maps per engine, so making and closing envs grew the
+#: process without bound. The library keeps one global state (``load_sas`` sets it), and an
+#: engine loads its game's state at every load, so a copy an engine gave back is as good as new.
+_IDLE_LIBS: list[Any] = []
+_LIBS_LOCK = threading.Lock()
+#: Copies loaded in this process so far (idle or in use).
+LIB_COPIES = {"loaded": 0}
+
+
+def _take_lib() -> Any:
+    with _LIBS_LOCK:
+        if _IDLE_LIBS:
+            return _IDLE_LIBS.pop()
+        LIB_COPIES["loaded"] += 1
+    import fast_downward  # noqa: PLC0415
+
+    return fast_downward.load_lib()
+
+
+def _give_back(lib: Any) -> None:
+    with _LIBS_LOCK:
+        _IDLE_LIBS.append(lib)
+
+
 class AlfredEngine:
     """Plays ALFWorld game files; one Fast Downward library copy per engine (not thread-safe).
 
@@ -431,9 +458,9 @@ class AlfredEngine:
         #: This engine's loads: ``hits`` from the reset cache, ``misses`` built from the file.
         self.cache_stats = {"hits": 0, "misses": 0}
         _deps.textworld_pddl()  # a clear install hint if fast_downward is missing
-        import fast_downward  # noqa: PLC0415
-
-        self._lib = fast_downward.load_lib()
+        self._lib = _take_lib()
+        # The copy goes back to the pool at close(), or when the engine is collected.
+        self._release = weakref.finalize(self, _give_back, self._lib)
         self.path: str | None = None
         self._game: _GameCache | None = None
         self._state = None
@@ -566,6 +593,12 @@ class AlfredEngine:
         self.won = bool(self._state.check_goal())
         self._refresh()
         return self.feedback
+
+    def close(self) -> None:
+        """Give this engine's library copy back to the process's pool (the engine is unusable
+        afterwards); a second call does nothing."""
+        self._release()
+        self._state = None
 
     def is_admissible(self, command: str) -> bool:
         return command.strip() in self._commands

@@ -410,6 +410,12 @@ class AlfWorldEnv(ReachFaults, TextAgentEnv):
         self.oracle_exact = fits and self.oracle_kind == "model"
         return intro
 
+    def close(self) -> None:
+        if getattr(self, "_engine", None) is not None:
+            self._engine.close()  # its Fast Downward copy goes back to the process's pool
+            self._engine = None
+        super().close()
+
     def _model_solve(self) -> tuple[int, list[str]] | None:
         key = (len(self._trace), self.blocked)
         if (
