@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 from gymnasium import error
+from gymnasium.utils import seeding
 
 from budget_envs.errors import ActionRejected, EnvClosed, SnapshotMismatch, UnknownFaultKind
 from budget_envs.snapshot import Snapshot, _rng_from_state, _show_scope, snapshot_problem
@@ -607,6 +608,14 @@ class TextAgentEnv(gym.Env[str, str]):
         raise TypeError(
             f"options['task_id'] must be an int index or a str id, got {type(wanted).__name__}"
         )
+
+    def task_for_reset(self, seed: int | None = None, options: dict | None = None) -> str:
+        """The task ``reset(seed=seed, options=options)`` would start, drawing nothing from this
+        env's generator (for a family's ``prepare_reset``: slow work done before the reset)."""
+        if options is not None and options.get("task_id") is not None:
+            return self._resolve_task(options)
+        rng = seeding.np_random(seed)[0] if seed is not None else copy.deepcopy(self.np_random)
+        return self._pick_task(rng)
 
     def _task_index(self) -> dict[str, int] | set[str]:
         cache = getattr(self, "_task_index_cache", None)

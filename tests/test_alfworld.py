@@ -418,3 +418,19 @@ def test_making_and_closing_envs_keeps_the_planner_library_copies_flat(cache):
     assert a._engine._lib is not b._engine._lib
     a.close(), b.close()
     assert engine.LIB_COPIES["loaded"] <= copies + 1
+
+
+def test_prepare_reset_parses_the_game_the_reset_will_play(cache):
+    from budget_envs.envs.alfworld import engine
+
+    env = _env(cache, max_receptacles=12)
+    for seed, options in ((5, None), (None, None), (0, {"task_id": 3})):
+        engine.clear_caches()
+        state = env.np_random.bit_generator.state
+        env.prepare_reset(seed, options)
+        assert env.np_random.bit_generator.state == state  # no draw from the env's generator
+        before = engine.reset_cache_info()
+        env.reset(seed=seed, options=options)
+        after = engine.reset_cache_info()
+        assert (after["hits"], after["misses"]) == (before["hits"] + 1, before["misses"])
+    env.close()

@@ -89,6 +89,13 @@ class _LRU(OrderedDict):
 _INITIAL_STATES = _LRU(RESET_CACHE_SIZE)
 
 
+def warm_reset_cache(path: str) -> None:
+    """Parse and translate ``path`` into the reset cache now (what a first load would do)."""
+    key = _file_key(path)
+    if key is not None:
+        _INITIAL_STATES.get_or(key, lambda: _build(path))
+
+
 def clear_caches() -> None:
     """Drop every cached initial state (the counters of :func:`reset_cache_info` stay)."""
     with _INITIAL_STATES._lock:

@@ -19,7 +19,7 @@ from budget_envs._util import names_entity as _names
 from budget_envs.core import UNREACHABLE, TextAgentEnv
 from budget_envs.env_options import BaseOptions
 from budget_envs.envs.alfworld import _deps, generate
-from budget_envs.envs.alfworld.engine import AlfredEngine, GameFileError
+from budget_envs.envs.alfworld.engine import AlfredEngine, GameFileError, warm_reset_cache
 from budget_envs.envs.alfworld.oracle import ExpertError, HandcodedOracle, ModelOracle, PlanOracle
 from budget_envs.errors import ActionRejected, UnknownSplit
 from budget_envs.fault_turns import ReachFaults
@@ -409,6 +409,13 @@ class AlfWorldEnv(ReachFaults, TextAgentEnv):
             self._model = None
         self.oracle_exact = fits and self.oracle_kind == "model"
         return intro
+
+    def prepare_reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        """Parse and translate the game ``reset(seed=seed, options=options)`` will play into the
+        process's reset cache, touching no state of this env (a server runs it on a thread of
+        its own, so a first reset of a game stalls no other session)."""
+        if self.reset_cache:
+            warm_reset_cache(self.game_file(self.task_for_reset(seed, options)))
 
     def close(self) -> None:
         if getattr(self, "_engine", None) is not None:

@@ -13,7 +13,6 @@ snapshots (:mod:`.snapshot`). ``INTERPRETER_SEED``, ``MAX_COMMAND_BYTES``, ``cle
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 from collections.abc import Sequence
@@ -21,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from gymnasium.utils import seeding
 
 from budget_envs._util import check_split
 from budget_envs.core import UNREACHABLE, TextAgentEnv
@@ -178,12 +176,7 @@ class TextWorldEnv(FaultHooks, NativeSnapshots, TaskList, TextAgentEnv):
         """Generate the game ``reset(seed=seed, options=options)`` will play if it is not cached,
         touching no state of this env (a server runs it on a thread of its own, so a game
         generated on first use stalls no other session)."""
-        if options is not None and options.get("task_id") is not None:
-            task_id = self._resolve_task(options)
-        else:
-            rng = seeding.np_random(seed)[0] if seed is not None else copy.deepcopy(self.np_random)
-            task_id = self._pick_task(rng)
-        self.game_path(task_id)
+        self.game_path(self.task_for_reset(seed, options))
 
     def _warn_lazy_generation(self, task_id: str) -> None:
         """Say once per process why a reset is slow and how to generate the games beforehand."""
