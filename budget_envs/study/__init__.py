@@ -15,7 +15,7 @@ One module per concern; each imports only modules above it in this list:
   differences against the fixed-generous arm, turns to success, single step against recovery;
 * :mod:`~budget_envs.study.contrasts` - the study's tests: the pre-registered contrasts with
   Holm's correction, the headline and secondary differences, the stop-reason mix and whether
-  the budget binds, Pass@(K,T), the learning curve, all from one hierarchical paired bootstrap;
+  the budget binds, Pass@(K,T), the learning curve, all from one crossed paired bootstrap (seeds and tasks);
 * :mod:`~budget_envs.study.trl_stage` - the train stage with TRL (``trainer="trl"``) and
   :func:`trl_quick_spec`, its CPU pipeline check;
 * :mod:`~budget_envs.study.stages` - the train, eval and compare stages;
@@ -48,6 +48,7 @@ from budget_envs.study.contrasts import (
     StopMix,
     Term,
     analyse,
+    crossed_weights,
     derived_stop,
     hierarchical_weights,
     holm,
@@ -112,6 +113,7 @@ __all__ = [
     "derived_stop",
     "eval_stage",
     "full_spec",
+    "crossed_weights",
     "hierarchical_weights",
     "holm",
     "load_study_records",

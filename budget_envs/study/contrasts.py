@@ -5,11 +5,15 @@ Four contrasts per family (:data:`CONTRASTS`, fixed before any record is read), 
 headline difference (``fixed_generous - base``); secondary differences (no correction); the
 stop-reason mix and whether the budget binds at all; Pass@(K,T); the learning curve.
 
-Every interval comes from one hierarchical paired bootstrap (:func:`hierarchical_weights`):
-the training seeds are resampled with replacement, then the tasks within each drawn seed, and
-every agent of a comparison gets the same draws. A unit is a (task, seed) pair; a statistic
-pools the drawn units (a ratio of weighted sums, :class:`Term`). The generator is seeded, so
-the same records give the same numbers.
+Every interval comes from one crossed paired bootstrap (:func:`crossed_weights`): the same
+evaluation tasks are played under every training seed, so seeds and tasks are crossed factors,
+and each resample draws the seeds with replacement and, independently, the tasks with
+replacement; a unit (task, seed) counts (times its seed was drawn) x (times its task was drawn).
+A hard task drawn once is then hard under every drawn seed, as in the records; the older
+hierarchical draw (:func:`hierarchical_weights`: tasks resampled inside each drawn seed) averaged
+a task's difficulty over seeds and understated the task variance. Every agent of a comparison
+gets the same draws. A statistic pools the drawn units (a ratio of weighted sums,
+:class:`Term`). The generator is seeded, so the same records give the same numbers.
 """
 
 from __future__ import annotations
@@ -144,7 +148,9 @@ class FamilyUnits:
     def weights(self, units: Sequence[Unit], n_boot: int) -> np.ndarray:
         key = (tuple(units), n_boot)
         if key not in self._weights:
-            self._weights[key] = hierarchical_weights([s for s, _ in units], n_boot, BOOT_SEED)
+            self._weights[key] = crossed_weights(
+                [s for s, _ in units], [t for _, t in units], n_boot, BOOT_SEED
+            )
         return self._weights[key]
 
     def arrays(self, term: Term, units: Sequence[Unit]) -> tuple[np.ndarray, np.ndarray]:
@@ -250,6 +256,40 @@ def hierarchical_weights(
     rows = np.broadcast_to(np.arange(n_boot)[:, None, None], keep.shape)[keep]
     counts = np.bincount(rows * unit_seeds.size + idx, minlength=n_boot * unit_seeds.size)
     return counts.reshape(n_boot, unit_seeds.size).astype(float)
+
+
+def crossed_weights(
+    unit_seeds: Sequence[Any], unit_tasks: Sequence[Any], n_boot: int, seed: int = BOOT_SEED
+) -> np.ndarray:
+    """How often each unit counts in each of ``n_boot`` crossed resamples, shape
+    ``(n_boot, units)``: (draws of its seed) x (draws of its task), the seeds drawn with
+    replacement as many as there are, the tasks likewise and independently.
+
+    With one seed nothing is drawn at the seed level, and the task draws are those of
+    ``rng.integers(0, n, size=(n_boot, n))`` over the tasks in their first-seen order: a plain
+    task bootstrap (:func:`budget_envs.study.stats.bootstrap` draws the same). Units that are
+    not a full seeds x tasks grid (a seed that missed a task) are weighted the same way; a
+    resample that draws none of a statistic's units is left out by the caller.
+    """
+    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
+        raise ValueError(f"n_boot must be a positive int, got {n_boot!r}")
+    if len(unit_seeds) != len(unit_tasks) or not len(unit_seeds):
+        raise ValueError("unit_seeds and unit_tasks must be non-empty and of one length")
+    rng = np.random.default_rng(seed)
+    seed_ids = {s: i for i, s in enumerate(dict.fromkeys(unit_seeds))}
+    task_ids = {t: i for i, t in enumerate(dict.fromkeys(unit_tasks))}
+    si = np.array([seed_ids[s] for s in unit_seeds])
+    ti = np.array([task_ids[t] for t in unit_tasks])
+    n_s, n_t = len(seed_ids), len(task_ids)
+
+    def counts(n: int) -> np.ndarray:
+        picks = rng.integers(0, n, size=(n_boot, n))
+        rows = np.repeat(np.arange(n_boot), n)
+        return np.bincount(rows * n + picks.reshape(-1), minlength=n_boot * n).reshape(n_boot, n)
+
+    seed_counts = np.ones((n_boot, 1), dtype=np.int64) if n_s == 1 else counts(n_s)
+    task_counts = counts(n_t)
+    return (seed_counts[:, si] * task_counts[:, ti]).astype(float)
 
 
 @dataclass(frozen=True)
@@ -382,7 +422,7 @@ class ContrastResult:
 
 @dataclass(frozen=True)
 class PairDiff:
-    """``a - b`` of one metric at one T (Pass@1) in a family, with a paired hierarchical
+    """``a - b`` of one metric at one T (Pass@1) in a family, with a paired crossed
     interval at ``level`` (no multiplicity correction): a headline or a secondary row."""
 
     family: str
@@ -404,7 +444,7 @@ class PairDiff:
 
 @dataclass(frozen=True)
 class Level:
-    """One agent's metric in a family, with a hierarchical interval (None: no data)."""
+    """One agent's metric in a family, with a crossed-bootstrap interval (None: no data)."""
 
     family: str
     agent: str
@@ -433,7 +473,7 @@ class StopMix:
 @dataclass(frozen=True)
 class PassK:
     """Pass@(K,T) of an agent (unbiased estimator over its samples), per unit then pooled,
-    with a hierarchical interval."""
+    with a crossed-bootstrap interval."""
 
     family: str
     agent: str
@@ -525,33 +565,47 @@ def budget_binding(spec: StudySpec, records: Sequence[Mapping[str, Any]]) -> lis
     return out
 
 
-def _contrasts(spec: StudySpec, fu: FamilyUnits, binding: Binding | None) -> list[ContrastResult]:
-    """The four contrasts of one family, Holm-corrected over those that ran."""
-    fam = fu.family.name
-    got = {c.name: draws(fu, c.terms, spec.n_boot) for c in CONTRASTS}
-    ran = {name: d for name, d in got.items() if isinstance(d, Draws)}
-    steps = dict(zip(ran, holm([d.p for d in ran.values()])))
-    claimed = bool(binding and binding.binds)
+def _contrasts(
+    spec: StudySpec, families: Sequence[tuple[FamilyUnits, Binding | None]]
+) -> list[ContrastResult]:
+    """The four contrasts of every family. Holm's correction runs over every claimed contrast
+    of the study together (the families where the budget binds); a family's unclaimed
+    contrasts, shown but not claims, are corrected among themselves."""
+    got = {
+        (fu.family.name, c.name): draws(fu, c.terms, spec.n_boot)
+        for fu, _ in families
+        for c in CONTRASTS
+    }
+    binds = {fu.family.name: bool(b and b.binds) for fu, b in families}
+    ran = {k: d for k, d in got.items() if isinstance(d, Draws)}
+    steps: dict[tuple[str, str], HolmStep] = {}
+    groups = [[k for k in ran if binds[k[0]]]]
+    groups += [[k for k in ran if k[0] == fu.family.name and not binds[k[0]]] for fu, _ in families]
+    for keys in groups:
+        steps.update(zip(keys, holm([ran[k].p for k in keys])))
     out = []
-    for c in CONTRASTS:
-        d = got[c.name]
-        if not isinstance(d, Draws):
-            out.append(ContrastResult(fam, c.name, c.text, c.how, "not run", note=d))
-            continue
-        step = steps[c.name]
-        low, high = d.interval(step.level)
-        if step.rejected and low > 0:
-            verdict = "supported"
-        elif step.rejected and high < 0:
-            verdict = "contradicted"
-        else:
-            verdict = "inconclusive"
-        out.append(
-            ContrastResult(
-                fam, c.name, c.text, c.how, verdict, d.value, low, high, step.level, d.p,
-                step.adjusted, step.rank, len(ran), d.units, d.seeds, claimed=claimed,
-            )
-        )  # fmt: skip
+    for fu, _ in families:
+        fam = fu.family.name
+        for c in CONTRASTS:
+            d = got[(fam, c.name)]
+            if not isinstance(d, Draws):
+                out.append(ContrastResult(fam, c.name, c.text, c.how, "not run", note=d))
+                continue
+            step = steps[(fam, c.name)]
+            tests = sum(1 for k in ran if binds[k[0]] == binds[fam] and (binds[fam] or k[0] == fam))
+            low, high = d.interval(step.level)
+            if step.rejected and low > 0:
+                verdict = "supported"
+            elif step.rejected and high < 0:
+                verdict = "contradicted"
+            else:
+                verdict = "inconclusive"
+            out.append(
+                ContrastResult(
+                    fam, c.name, c.text, c.how, verdict, d.value, low, high, step.level, d.p,
+                    step.adjusted, step.rank, tests, d.units, d.seeds, claimed=binds[fam],
+                )
+            )  # fmt: skip
     return out
 
 
@@ -654,9 +708,9 @@ def analyse(spec: StudySpec, records: Sequence[Mapping[str, Any]]) -> Analysis:
     bindings = budget_binding(spec, records)
     by_family = {b.family: b for b in bindings}
     result = Analysis([], bindings, [], [], [], stop_mix(spec, records), [], [])
-    for fam in spec.families:
-        fu = family_units(fam, records)
-        result.contrasts += _contrasts(spec, fu, by_family.get(fam.name))
+    units = [family_units(fam, records) for fam in spec.families]
+    result.contrasts = _contrasts(spec, [(fu, by_family.get(fu.family.name)) for fu in units])
+    for fu in units:
         for budget in ("generous", "top"):
             result.headline.append(_pair(fu, "headline", RL, BASE, "pass1", budget, spec.n_boot))
         for a, b, budget in _secondary_pairs(spec):

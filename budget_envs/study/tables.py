@@ -326,7 +326,8 @@ def contrast_table(analysis: Analysis) -> Table:
         units = max((r.units for r in mine), default=0)
         seeds = max((r.seeds for r in mine), default=0)
         md += [
-            f"**{family}, budget hidden** (Holm over the {tested} contrast(s) run; "
+            f"**{family}, budget hidden** (Holm over the {tested} "
+            f"{'claimed contrasts of the study' if mine and mine[0].claimed else 'contrast(s) run here'}; "
             f"{units} task x seed units over {seeds} seed(s)):",
             "",
             *md_table(header, page),
@@ -353,10 +354,13 @@ def contrast_table(analysis: Analysis) -> Table:
             "success without it, over the fault episodes whose fault fired and whose no-fault "
             "twin (same task, seed and sample) was won. Single-step accuracy: share of "
             "oracle-prefix probe states where the agent picked an oracle action. "
-            "Intervals: hierarchical paired bootstrap (training seeds, then tasks within each "
-            "drawn seed, the same draws for every arm), percentile interval at the Holm level "
+            "Intervals: crossed paired bootstrap (the training seeds and, independently, the "
+            "evaluation tasks drawn with replacement, a task drawn once counting under every "
+            "drawn seed; the same draws for every arm), percentile interval at the Holm level "
             f"of the contrast's rank (1 - {ALPHA}/(m - rank + 1)); p: two-sided bootstrap "
-            f"p-value. Supported: Holm rejects at family-wise {ALPHA} and the interval lies "
+            "p-value. Holm runs over every claimed contrast of the study together (a family "
+            "not claimed: over its own). "
+            f"Supported: Holm rejects at study-wise {ALPHA} and the interval lies "
             "above 0; contradicted: below 0; otherwise inconclusive. A family where the budget "
             f"never binds (fewer than {_pct(BINDS_AT)} of the base's and RL's no-fault episodes "
             "end by budget at the tight T) is reported but not claimed.",
@@ -400,7 +404,7 @@ def headline_table(analysis: Analysis) -> Table:
         )
         sentences.append(
             f"* Headline, {family}: {done[0].a} - {done[0].b}, Pass@1 (budget hidden): {cells} "
-            f"(95% hierarchical intervals, {done[0].units} task x seed units over "
+            f"(95% crossed-bootstrap intervals, {done[0].units} task x seed units over "
             f"{done[0].seeds} seed(s))."
         )
     return Table(
@@ -439,7 +443,7 @@ def secondary_table(analysis: Analysis) -> Table:
         [
             "### Secondary differences (Pass@1, budget hidden; no correction)",
             "",
-            "Secondary: not pre-registered tests, no multiplicity correction, 95% hierarchical "
+            "Secondary: not pre-registered tests, no multiplicity correction, 95% crossed-bootstrap "
             "paired intervals. The base's level: the design wants it at least "
             f"{BASE_MARGIN:.2f} above random and well below the oracle.",
             "",
@@ -456,7 +460,7 @@ _METRIC_NAMES = {"pass1": "Pass@1", "single_step": "single step", "recovery": "r
 
 def levels_table(spec: StudySpec, analysis: Analysis) -> Table:
     """Each agent's Pass@1 at the tight, generous and largest T, single-step accuracy and
-    relative recovery (the terms of the contrasts), with 95% hierarchical intervals."""
+    relative recovery (the terms of the contrasts), with 95% crossed-bootstrap intervals."""
     rows, md = [], []
     for fam in spec.families:
         mine = [lv for lv in analysis.levels if lv.family == fam.name]
@@ -489,7 +493,7 @@ def levels_table(spec: StudySpec, analysis: Analysis) -> Table:
             "### The contrasts' terms per agent",
             "",
             "Pass@1 at the family's tight, generous and largest T, single-step accuracy and "
-            "relative recovery, each with a 95% hierarchical bootstrap interval.",
+            "relative recovery, each with a 95% crossed bootstrap interval.",
             "",
             *md,
         ],
@@ -564,7 +568,7 @@ def pass_k_table(spec: StudySpec, analysis: Analysis) -> Table:
             "### Pass@(K,T) against T",
             "",
             "The unbiased Pass@(K,T) over each task's samples (K = the samples per task), "
-            "averaged over task x seed units, with 95% hierarchical bootstrap intervals.",
+            "averaged over task x seed units, with 95% crossed bootstrap intervals.",
             "",
             *md,
         ],
