@@ -230,25 +230,23 @@ class Guard:
         await self.app(scope, replay, send)
 
     async def _too_large(self, send: Any, what: str) -> None:
-        body = json.dumps(
-            {"detail": f"{what} is over the limit of {self.max_bytes}", "code": "TOO_LARGE"}
-        ).encode()
-        try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 413,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        # the rest of the body is never read: the connection cannot be reused
-                        (b"connection", b"close"),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
-        except Exception:  # the client went away meanwhile
-            pass
+        payload = {"detail": f"{what} is over the limit of {self.max_bytes}", "code": "TOO_LARGE"}
+        # the rest of the body is never read: the connection cannot be reused
+        await _json_answer(send, 413, payload, close=True)
+
+
+async def _json_answer(send: Any, status: int, payload: dict, close: bool = False) -> None:
+    """An HTTP answer of ``payload`` as JSON (``Connection: close`` with ``close``); a client
+    that went away meanwhile is not an error."""
+    body = json.dumps(payload).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    try:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+    except Exception:  # the client went away meanwhile
+        pass
 
 
 class HostGuard:
@@ -281,15 +279,4 @@ class HostGuard:
             await receive()  # websocket.connect
             await send({"type": "websocket.close", "code": 1008, "reason": "forbidden"})
             return
-        body = json.dumps({"error": why, "code": "FORBIDDEN_ORIGIN"}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 403,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await _json_answer(send, 403, {"error": why, "code": "FORBIDDEN_ORIGIN"})
