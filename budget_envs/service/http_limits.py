@@ -52,9 +52,6 @@ def limited_h11(
                 self._header_timer.cancel()
                 self._header_timer = None
 
-        def on_response_complete(self) -> None:
-            super().on_response_complete()  # the keep-alive timer guards the idle time after it
-
         def connection_lost(self, exc: Exception | None) -> None:
             if getattr(self, "_header_timer", None) is not None:
                 self._header_timer.cancel()

@@ -213,9 +213,11 @@ def _check_own_files(run_dir: Path) -> None:
     if config_path.is_file():
         try:
             config = json.loads(config_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # torn: the resume's own check, if records stand beside it
-            config = None if not (run_dir / RECORDS_FILE).exists() else {"env_ids", "agents"}
-        if not (isinstance(config, (dict, set)) and "env_ids" in config and "agents" in config):
+        except (OSError, ValueError):
+            if (run_dir / RECORDS_FILE).exists():
+                return  # a torn config beside records: the resume's own check handles it
+            config = None
+        if not (isinstance(config, dict) and "env_ids" in config and "agents" in config):
             raise OutDirError(
                 f"{config_path} is not the config of an eval run (no env_ids and agents); "
                 "writing the run here would overwrite it: choose another folder"
