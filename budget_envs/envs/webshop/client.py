@@ -8,18 +8,24 @@ connection does only what the env needs: it reuses one socket, reconnects when t
 closed it while idle (as urllib3 does before reusing a pooled connection), writes each request
 in one call, and never retries a request it has sent. Proxies from environment variables are
 not used: the shop is reached directly.
+
+The envs of a process share their connections (:func:`shared_pool`): an env borrows a kept-alive
+connection for one request and gives it back, so a process holds as many connections as it has
+requests in flight (one for a loop that steps its envs in turn), not one per env.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import select
 import socket
+import threading
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-__all__ = ["ShopConnection"]
+__all__ = ["ConnectionPool", "ShopConnection", "drop_idle", "shared_pool"]
 
 #: Characters a request target keeps as they are (the rest is percent-encoded, as requests does).
 _SAFE = "/?=&%:@!$'()*+,;~-._"
@@ -138,6 +144,108 @@ class ShopConnection:
                 sock.close()
             except OSError:  # pragma: no cover - closing an already broken socket
                 pass
+
+
+class ConnectionPool:
+    """Kept-alive :class:`ShopConnection` s that many envs borrow, one request at a time.
+
+    Args:
+        timeout: seconds to wait to connect and for any answer.
+        max_idle: idle connections kept per server; more are closed when given back.
+
+    Example:
+        >>> from budget_envs.envs.webshop.client import ConnectionPool
+        >>> from budget_envs.envs.webshop.server import ShopServer
+        >>> server = ShopServer.start(seed=0)
+        >>> pool = ConnectionPool(timeout=10)
+        >>> [pool.request("GET", server.base_url, "/api/info")[0] for _ in range(3)]
+        [200, 200, 200]
+        >>> pool.idle(server.base_url)  # the three requests took turns on one connection
+        1
+        >>> pool.close(); server.stop()
+    """
+
+    def __init__(self, timeout: float, max_idle: int = 32) -> None:
+        self.timeout = float(timeout)
+        self.max_idle = int(max_idle)
+        self._lock = threading.Lock()
+        self._idle: dict[str, list[ShopConnection]] = {}
+
+    def request(
+        self,
+        method: str,
+        base_url: str,
+        path: str,
+        body: Any = None,
+        timeout: float | None = None,
+    ) -> tuple[int, bytes]:
+        """As :meth:`ShopConnection.request`, on a connection borrowed for this request."""
+        with self._lock:
+            idle = self._idle.get(base_url)
+            conn = idle.pop() if idle else None
+        if conn is None:
+            conn = ShopConnection(self.timeout)
+        try:
+            return conn.request(method, base_url, path, body, timeout)
+        finally:
+            self._give_back(base_url, conn)
+
+    decode = staticmethod(ShopConnection.decode)
+
+    def _give_back(self, base_url: str, conn: ShopConnection) -> None:
+        if conn._sock is None:  # closed by the request (an error, or the server's close)
+            return
+        with self._lock:
+            idle = self._idle.setdefault(base_url, [])
+            if len(idle) < self.max_idle:
+                idle.append(conn)
+                return
+        conn.close()
+
+    def idle(self, base_url: str) -> int:
+        """Idle connections kept for ``base_url``."""
+        with self._lock:
+            return len(self._idle.get(base_url, ()))
+
+    def drop(self, base_url: str) -> None:
+        """Close the idle connections to ``base_url`` (its server stopped)."""
+        with self._lock:
+            conns = self._idle.pop(base_url, [])
+        for conn in conns:
+            conn.close()
+
+    def close(self) -> None:
+        """Close every idle connection."""
+        with self._lock:
+            conns = [c for idle in self._idle.values() for c in idle]
+            self._idle.clear()
+        for conn in conns:
+            conn.close()
+
+
+_POOLS_LOCK = threading.Lock()
+#: (pid, timeout) -> the pool the envs of this process with that timeout share.
+_POOLS: dict[tuple[int, float], ConnectionPool] = {}
+
+
+def shared_pool(timeout: float) -> ConnectionPool:
+    """The connection pool of this process for requests with ``timeout`` (a forked process
+    gets its own: connections are never shared across processes)."""
+    key = (os.getpid(), float(timeout))
+    with _POOLS_LOCK:
+        pool = _POOLS.get(key)
+        if pool is None:
+            pool = _POOLS[key] = ConnectionPool(timeout)
+        return pool
+
+
+def drop_idle(base_url: str) -> None:
+    """Close this process's idle connections to ``base_url`` (its server stopped)."""
+    pid = os.getpid()
+    with _POOLS_LOCK:
+        pools = [p for (owner, _), p in _POOLS.items() if owner == pid]
+    for pool in pools:
+        pool.drop(base_url)
 
 
 def _read_answer(rfile: Any, method: str) -> tuple[int, bytes, bool]:

@@ -1,9 +1,12 @@
 """``BudgetMix/WebShop-v0``: WebShop-style shopping over real HTTP against the shop server.
 
-The env holds no catalogue: every reset, step, snapshot and restore is an HTTP request (over
-one kept-alive connection, :class:`~budget_envs.envs.webshop.client.ShopConnection`) to the
-server at ``base_url``. Without ``base_url`` the env starts its own server on a free loopback
-port in a background thread and stops it on close.
+The env holds no catalogue: every reset, step, snapshot and restore is an HTTP request (on a
+kept-alive connection the envs of a process share,
+:class:`~budget_envs.envs.webshop.client.ConnectionPool`) to the server at ``base_url``. Without
+``base_url`` the env plays on its process's server for its catalogue
+(:func:`~budget_envs.envs.webshop.server.acquire_server`: started on a free loopback port in a
+background thread by the first such env, stopped when the last one closes), in a session of
+its own; 1,024 envs of a process run one server and a connection per request in flight.
 
 The env owns its episode, not the server: it keeps the session state of every answer, so when
 the server no longer has its session (other clients' sessions pushed it out of the server's
@@ -26,7 +29,7 @@ from budget_envs._util import UNSEEN_SPLIT, check_int, check_levels, check_split
 from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
 from budget_envs.env_options import BaseOptions
 from budget_envs.envs.webshop.app import MAX_BODY
-from budget_envs.envs.webshop.client import CONNECTION_ERRORS, ShopConnection
+from budget_envs.envs.webshop.client import CONNECTION_ERRORS, ConnectionPool, shared_pool
 from budget_envs.envs.webshop.oracle import oracle
 from budget_envs.envs.webshop.scoring import SCORING_MODES
 from budget_envs.envs.webshop.shop import SEP
@@ -81,13 +84,6 @@ def goal_queries(goal: str) -> list[str]:
     return [q for q in dict.fromkeys(" ".join(q.split()) for q in out) if q]
 
 
-def _stop_server(server) -> None:
-    try:
-        server.stop()
-    except Exception:  # pragma: no cover - best effort at interpreter exit
-        logger.debug("stopping the web shop server failed", exc_info=True)
-
-
 def _on_screen(state: dict[str, Any]) -> list[str]:
     """The products the page of ``state`` shows: the current results page, the product of an
     item page or sub-page, or the cart entries on the start page."""
@@ -120,7 +116,8 @@ class WebShopEnv(TextAgentEnv):
             (a running server for it is started with ``--unseen-types``).
         num_products: catalogue size of an own server (a running server decides its own).
         scoring: ``"exact"`` (default) or ``"webshop"`` (WebShop's fuzzy semantics).
-        base_url: a running shop server (``budgetmix serve-web``); None starts one.
+        base_url: a running shop server (``budgetmix serve-web``); None plays on this process's
+            server for the catalogue (started by the first env that needs it).
         host: interface of an own server (loopback by default).
         timeout: seconds to wait for any HTTP answer.
 
@@ -131,7 +128,7 @@ class WebShopEnv(TextAgentEnv):
     Example:
         >>> import gymnasium as gym
         >>> import budget_envs
-        >>> env = gym.make("BudgetMix/WebShop-v0", level=1)  # starts its own server on loopback
+        >>> env = gym.make("BudgetMix/WebShop-v0", level=1)  # the process's server, on loopback
         >>> obs, info = env.reset(seed=0)
         >>> env.unwrapped.base_url
         'http://127.0.0.1:...'
@@ -229,7 +226,8 @@ class WebShopEnv(TextAgentEnv):
 
     @property
     def server(self):
-        """The env's own :class:`~budget_envs.envs.webshop.server.ShopServer`, or None."""
+        """The :class:`~budget_envs.envs.webshop.server.ShopServer` this env started or shares
+        with the other envs of its process, or None (a ``base_url`` given)."""
         return self._server
 
     def shared_env_kwargs(self) -> dict[str, Any]:
@@ -241,32 +239,38 @@ class WebShopEnv(TextAgentEnv):
         """
         return {"base_url": self.base_url}
 
-    def _start_server(self) -> None:
-        from budget_envs.envs.webshop.server import ShopServer
+    def _start_server(self, replace=None) -> None:
+        from budget_envs.envs.webshop.server import acquire_server, release_server
 
         self._require_open()  # a closed env never starts a server again
-        self._server = ShopServer.start(
-            self.catalogue_seed, self.num_products, host=self.host, unseen_types=self.unseen_types
+        self._server = acquire_server(
+            self.catalogue_seed,
+            self.num_products,
+            host=self.host,
+            unseen_types=self.unseen_types,
+            replace=replace,
         )
-        self._finalizer = weakref.finalize(self, _stop_server, self._server)
-        logger.info("web shop server started at %s", self._server.base_url)
+        self._finalizer = weakref.finalize(self, release_server, self._server)
+        logger.info("web shop env plays on the server at %s", self._server.base_url)
 
     def restart_server(self) -> str:
-        """Start a fresh own server (after it died); returns the new ``base_url``."""
+        """Play on a fresh server (after this process's server died); returns the new
+        ``base_url``. Other envs of the process move to it when they find the old one dead."""
         if self._given_url is not None:
             raise WebShopServerError(
                 f"this env does not own the server at {self._given_url}; restart it there"
             )
+        old = self._server
         if self._finalizer is not None:
             self._finalizer()
         self._server = None
         self._sid = None
-        self._start_server()
+        self._start_server(replace=old)
         return self._server.base_url
 
-    def _session(self) -> ShopConnection:
+    def _session(self) -> ConnectionPool:
         if self._http is None:
-            self._http = ShopConnection(self.timeout)
+            self._http = shared_pool(self.timeout)
             self._check_server()
         return self._http
 
@@ -672,7 +676,7 @@ class WebShopEnv(TextAgentEnv):
 
     # ---------------------------------------------------------------- lifecycle
     def close(self) -> None:
-        """End the session, close the HTTP connection and stop an own server."""
+        """End the session and give back the server (the last env of the process stops it)."""
         if self._http is not None:
             if self._sid is not None and (self._server is None or self._server.alive):
                 try:
@@ -681,7 +685,6 @@ class WebShopEnv(TextAgentEnv):
                     )
                 except Exception:  # closing must not fail because the server is gone
                     logger.debug("could not delete the session", exc_info=True)
-            self._http.close()
             self._http = None
         self._sid = None
         if self._finalizer is not None:

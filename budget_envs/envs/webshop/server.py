@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import queue
 import selectors
 import socket
@@ -42,7 +43,9 @@ __all__ = [
     "IDLE_TIMEOUT",
     "REQUEST_TIMEOUT",
     "ShopServer",
+    "acquire_server",
     "make_server",
+    "release_server",
 ]
 
 logger = logging.getLogger(__name__)
@@ -321,9 +324,12 @@ class _Server:
         """Close the listening socket and stop the workers (after :meth:`shutdown`)."""
         self._listen(False)
         self.socket.close()
-        for _ in self._threads:
+        threads, self._threads = self._threads, []
+        for _ in threads:
             self._jobs.put(None)
-        self._threads = []
+        deadline = time.monotonic() + 5.0
+        for t in threads:  # each ends after its request in hand (if any)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
         for sock in (self._wake_r, self._wake_w):
             sock.close()
         self._sel.close()
@@ -576,6 +582,9 @@ class ShopServer:
         self._thread.start()
         self._httpd._running.wait(5)
         self._stopped = False
+        self._pid = os.getpid()
+        #: Envs using this server through :func:`acquire_server` (0 for a server started alone).
+        self.users = 0
 
     @classmethod
     def start(
@@ -597,8 +606,8 @@ class ShopServer:
 
     @property
     def alive(self) -> bool:
-        """Whether the server thread is still serving."""
-        return not self._stopped and self._thread.is_alive()
+        """Whether the server thread is still serving (never in a forked child process)."""
+        return not self._stopped and self._pid == os.getpid() and self._thread.is_alive()
 
     @property
     def threads(self) -> int:
@@ -615,7 +624,73 @@ class ShopServer:
         if self._stopped:
             return
         self._stopped = True
+        if self._pid != os.getpid():  # a forked child's copy: its serving loop never ran here
+            try:  # close only this process's descriptor (a shutdown would reach the parent's)
+                self._httpd.socket.close()
+            except OSError:  # pragma: no cover - already closed
+                pass
+            return
         self._httpd.shutdown()
         self._httpd.server_close()
         self._httpd.close_connections()
         self._thread.join(timeout=5)
+
+
+# ---------------------------------------------------------------- one server per catalogue
+_SHARED_LOCK = threading.Lock()
+#: (pid, seed, num_products, host, unseen_types) -> the server envs of this process share now.
+_SHARED: dict[tuple, ShopServer] = {}
+
+
+def acquire_server(
+    seed: int = 0,
+    num_products: int = 10_000,
+    host: str = "127.0.0.1",
+    unseen_types: bool = False,
+    *,
+    replace: ShopServer | None = None,
+) -> ShopServer:
+    """The shop server of this process for one catalogue, started on first use.
+
+    Every WebShop env of a process without a ``base_url`` plays on the one server its catalogue
+    has here (a server is ``workers + 1`` threads and its catalogue index, so 1,024 envs cost
+    one of each, not 1,024), each env in its own session. Each call counts one user;
+    :func:`release_server` uncounts it and stops the server when its last user is gone. A
+    server that died, one ``replace`` names (a restart) and one inherited by a forked process
+    are replaced by a fresh one; users of the old one keep it until they release it.
+
+    Example:
+        >>> from budget_envs.envs.webshop.server import acquire_server, release_server
+        >>> a, b = acquire_server(seed=0), acquire_server(seed=0)
+        >>> a is b, a.users
+        (True, 2)
+        >>> release_server(a); release_server(b); a.alive
+        False
+    """
+    key = (os.getpid(), int(seed), int(num_products), host, bool(unseen_types))
+    with _SHARED_LOCK:
+        server = _SHARED.get(key)
+        if server is None or server is replace or not server.alive:
+            server = ShopServer.start(seed, num_products, host=host, unseen_types=unseen_types)
+            server._key = key
+            _SHARED[key] = server
+        server.users += 1
+        return server
+
+
+def release_server(server: ShopServer) -> None:
+    """One user of an :func:`acquire_server` server is done; the last one stops it."""
+    with _SHARED_LOCK:
+        server.users -= 1
+        if server.users > 0:
+            return
+        key = getattr(server, "_key", None)
+        if _SHARED.get(key) is server:
+            del _SHARED[key]
+    from budget_envs.envs.webshop.client import drop_idle
+
+    try:
+        server.stop()
+    except Exception:  # pragma: no cover - best effort at interpreter exit
+        logger.debug("stopping the web shop server failed", exc_info=True)
+    drop_idle(server.base_url)
