@@ -41,6 +41,7 @@ from gymnasium import error
 from gymnasium.utils import seeding
 
 from budget_envs.errors import ActionRejected, EnvClosed, SnapshotMismatch, UnknownFaultKind
+from budget_envs.info import Deferred, LazyInfo
 from budget_envs.snapshot import Snapshot, _rng_from_state, _show_scope, snapshot_problem
 from budget_envs.spaces import MAX_TEXT_LENGTH, PRINTABLE, AgentText, text_space
 
@@ -302,7 +303,8 @@ class TextAgentEnv(gym.Env[str, str]):
         raise NotImplementedError
 
     def _extra_info(self) -> dict[str, Any]:
-        """Family-specific ``info`` keys (each documented in :mod:`budget_envs.info`)."""
+        """Family-specific ``info`` keys (each documented in :mod:`budget_envs.info`); a value
+        may be a :class:`~budget_envs.info.Deferred`, built only when the info is read."""
         return {}
 
     def _snapshot_scope(self) -> tuple:
@@ -521,7 +523,8 @@ class TextAgentEnv(gym.Env[str, str]):
             "invalid_action": invalid,
             "turn": self.turn,
         }
-        info.update(self._extra_info())
+        extra = self._extra_info()
+        info.update(extra)
         # Actions to send as they are, in every family: the admissible commands unless the
         # family builds its own (tool calls, concrete searches); none once the episode is over.
         if self._done:
@@ -529,6 +532,8 @@ class TextAgentEnv(gym.Env[str, str]):
         elif "candidate_actions" not in info:
             info["candidate_actions"] = list(info["admissible_actions"])
         info["state_hash"] = self.state_hash()
+        if any(type(v) is Deferred for v in extra.values()):  # built when read
+            return LazyInfo(info)
         return info
 
     def state_hash(self) -> str | None:

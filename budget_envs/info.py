@@ -77,3 +77,135 @@ WRAPPER_KEYS: dict[str, str] = {
 }
 
 ALL_KEYS: dict[str, str] = {**CORE_KEYS, **FAMILY_KEYS, **WRAPPER_KEYS}
+
+
+# ---------------------------------------------------------------------- values built when read
+class Deferred:
+    """A value of ``info`` that a family builds only when someone reads it (see :class:`LazyInfo`).
+
+    ``build`` takes no argument and must not depend on the env's state at the time it is called:
+    it captures what it needs when the info is made (a step after it does not change it).
+    """
+
+    __slots__ = ("build",)
+
+    def __init__(self, build) -> None:
+        self.build = build
+
+    def __repr__(self) -> str:  # pragma: no cover - only seen by code that reads dict storage
+        return "<value built when read>"
+
+
+class LazyInfo(dict):
+    """An ``info`` dict whose :class:`Deferred` values are built the first time they are read.
+
+    A step's info may offer a value that costs more than the step (ToolUse's candidate calls on
+    a fresh task: most of a step) and that many loops never read. Every way of reading the
+    dict builds them first, in place (same keys, same order, same values as an eager dict):
+    ``info[key]``, ``get``, iteration, ``keys``/``values``/``items``, ``len``, ``==``, ``repr``,
+    ``copy``, ``dict(info)``, ``{**info}``, ``json.dumps``, ``pickle`` and ``copy.deepcopy``
+    (the last two give a plain dict). Only code that reads a dict's storage directly from C,
+    bypassing its methods, could see the placeholder.
+
+    Example:
+        >>> from budget_envs.info import Deferred, LazyInfo
+        >>> calls = []
+        >>> info = LazyInfo({"turn": 1, "actions": Deferred(lambda: calls.append(1) or ["a"])})
+        >>> calls, "actions" in info
+        ([], True)
+        >>> info["actions"], info, calls
+        (['a'], {'turn': 1, 'actions': ['a']}, [1])
+    """
+
+    __slots__ = ("_lazy",)
+
+    def __init__(self, data=()) -> None:
+        super().__init__(data)
+        self._lazy = any(type(v) is Deferred for v in dict.values(self))
+
+    def _build(self) -> None:
+        if self._lazy:
+            self._lazy = False
+            for key, value in list(dict.items(self)):
+                if type(value) is Deferred:
+                    dict.__setitem__(self, key, value.build())
+
+    def __getitem__(self, key):
+        self._build()
+        return dict.__getitem__(self, key)
+
+    def get(self, key, default=None):
+        self._build()
+        return dict.get(self, key, default)
+
+    def __iter__(self):
+        self._build()
+        return dict.__iter__(self)
+
+    def __reversed__(self):
+        self._build()
+        return dict.__reversed__(self)
+
+    def keys(self):
+        self._build()
+        return dict.keys(self)
+
+    def values(self):
+        self._build()
+        return dict.values(self)
+
+    def items(self):
+        self._build()
+        return dict.items(self)
+
+    def __eq__(self, other):
+        self._build()
+        if isinstance(other, LazyInfo):
+            other._build()
+        return dict.__eq__(self, other)
+
+    def __ne__(self, other):
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        self._build()
+        return dict.__repr__(self)
+
+    def copy(self) -> dict:
+        self._build()
+        return dict(dict.items(self))
+
+    __copy__ = copy
+
+    def __deepcopy__(self, memo) -> dict:
+        import copy
+
+        self._build()
+        return copy.deepcopy(dict(dict.items(self)), memo)
+
+    def __reduce_ex__(self, protocol):
+        self._build()
+        return (dict, (dict(dict.items(self)),))
+
+    def __or__(self, other):
+        self._build()
+        return dict.__or__(dict(dict.items(self)), other)
+
+    def __ror__(self, other):
+        self._build()
+        return dict.__or__(dict(other), dict(dict.items(self)))
+
+    def pop(self, *args):
+        self._build()
+        return dict.pop(self, *args)
+
+    def popitem(self):
+        self._build()
+        return dict.popitem(self)
+
+    def setdefault(self, key, default=None):
+        self._build()
+        return dict.setdefault(self, key, default)

@@ -194,12 +194,14 @@ def test_tooluse_caches_stay_within_their_bounds_over_many_fresh_tasks(record_pr
     rss = [_rss_mb()]
     peak_memo = peak_blocks = 0
     # 2,400 fresh tasks over every level (distinct ids); one in eight played to its end
-    # by the oracle, which is what fills the candidate-call blocks.
+    # by the oracle, its offered calls read at every turn (which fills the candidate-call
+    # blocks: they are built only when read).
     for n in range(2400):
         obs, info = env.reset(options={"task_id": (n * 7919) % len(ids)})
         if n % 8 == 0:
             while not env.done:
-                env.step(env.oracle_actions()[0])
+                assert info["candidate_actions"]
+                info = env.step(env.oracle_actions()[0])[4]
         peak_memo = max(peak_memo, len(world.memo))
         peak_blocks = max(peak_blocks, len(env._blocks))
         if n % 600 == 599:

@@ -41,6 +41,7 @@ from budget_envs.envs.tooluse.tools import (
 )
 from budget_envs.envs.tooluse.world import World, get_world
 from budget_envs.errors import ActionRejected
+from budget_envs.info import Deferred
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -256,7 +257,16 @@ class ToolUseEnv(TextAgentEnv):
 
     def _extra_info(self) -> dict[str, Any]:
         out = {"tools": TOOLS_SCHEMA, "score": self._score}
-        out["candidate_actions"] = self.candidate_actions() if self._task is not None else []
+        if self._task is None or self._done:
+            out["candidate_actions"] = []
+            return out
+        # Building the calls of a new state (about 60% of a step on fresh tasks) waits until
+        # the info is read; what they depend on is captured now, so a later step changes nothing.
+        found = self._known_candidates()
+        if isinstance(found, list):
+            out["candidate_actions"] = found
+        else:
+            out["candidate_actions"] = Deferred(functools.partial(self._build_candidates, *found))
         return out
 
     def candidate_actions(self) -> list[str]:
@@ -273,11 +283,17 @@ class ToolUseEnv(TextAgentEnv):
         self._require_reset()
         if self._done:
             return []
-        world, pr, task = self.world, self._pr, self._task
+        found = self._known_candidates()
+        return found if isinstance(found, list) else self._build_candidates(*found)
+
+    def _known_candidates(self) -> list[str] | tuple:
+        """The calls of this state when the last list still holds (a copy of it), else what
+        building them needs: ``(task, exact key, cheap key, listed models)``."""
         # The calls depend only on the ticket and on what was shown (ids, models listed,
         # refunds made); most steps change none of them, so the last list is reused
         # (building it, ~11 JSON texts, was two thirds of a step). The cheap key decides
         # first; the exact one (sorted ids) when it differs.
+        pr, task = self._pr, self._task
         memo = self._candidates
         quick = self._quick or self._shown_key()
         if memo is not None and memo[0] is task and memo[3] == quick:
@@ -287,12 +303,18 @@ class ToolUseEnv(TextAgentEnv):
             for (kind, target), value in pr.changed.items()
             if kind == "item" and value[0] == "refunded"
         )
-        revealed = sorted(pr.revealed)
-        key = (tuple(revealed), tuple(sorted(pr.listed)), tuple(refunded))
+        key = (tuple(sorted(pr.revealed)), tuple(sorted(pr.listed)), tuple(refunded))
         if memo is not None and memo[0] is task and memo[1] == key:
             self._candidates = (task, key, memo[2], quick)
             return list(memo[2])
-        blocks = self._blocks
+        return (task, key, quick)
+
+    def _build_candidates(self, task: Task, key: tuple, quick: tuple) -> list[str]:
+        """The calls of the state ``key`` names (from :meth:`_known_candidates`): a function of
+        ``task`` and ``key`` alone, so it may run after later steps."""
+        world, blocks = self.world, self._blocks
+        revealed, listed, refunded = key
+        shown, listed_set = frozenset(revealed), frozenset(listed)
         quoted = tuple(q for q in _QUOTED.findall(task.ticket) if parse_money(q) is None)
         texts: list[str] = [call_json("list_promotions", {})]
         texts += [call_json("find_customer", {"email": e}) for e in _EMAIL.findall(task.ticket)]
@@ -306,14 +328,14 @@ class ToolUseEnv(TextAgentEnv):
                 order = world.orders[item.order_id]
                 model = world.products[item.product_id].model
                 variants = (
-                    tuple(p for p in world.models[model] if p in pr.revealed)
-                    if model in pr.listed
+                    tuple(p for p in world.models[model] if p in shown)
+                    if model in listed_set
                     else None
                 )
-                context = (order.payment_id in pr.revealed, variants)
+                context = (order.payment_id in shown, variants)
             block = blocks.get((rid, context, quoted))
             if block is None:
-                block = blocks[(rid, context, quoted)] = self._id_calls(rid, quoted)
+                block = blocks[(rid, context, quoted)] = self._id_calls(rid, quoted, context)
             texts += block[0]
             amounts.update(block[1])
         # What refund_item answered in this episode ("refunded": amount), and their sum.
@@ -324,7 +346,7 @@ class ToolUseEnv(TextAgentEnv):
             texts.append(call_json("submit", {"answer": f"{cents // 100}.{cents % 100:02d}"}))
         out = list(dict.fromkeys(texts))
         self._candidates = (task, key, tuple(out), quick)
-        return out
+        return list(out)
 
     def _shown_key(self) -> tuple:
         """A cheap key equal between two calls only if nothing the state digest and the
@@ -352,10 +374,11 @@ class ToolUseEnv(TextAgentEnv):
         )
 
     def _id_calls(
-        self, rid: str, quoted: tuple[str, ...]
+        self, rid: str, quoted: tuple[str, ...], context: tuple = ()
     ) -> tuple[tuple[str, ...], tuple[int, ...]]:
-        """The candidate calls one shown id adds (in order) and the amounts it shows."""
-        world, pr = self.world, self._pr
+        """The candidate calls one shown id adds (in order) and the amounts it shows; for an
+        item, ``context`` is (its payment shown, the variants of its model shown or None)."""
+        world = self.world
         calls: list[tuple[str, dict]] = []
         amounts: list[int] = []
         kind = rid[:3]
@@ -379,15 +402,14 @@ class ToolUseEnv(TextAgentEnv):
             item = world.items[rid]
             order = world.orders[item.order_id]
             amounts.append(item.price_cents)
-            if order.payment_id in pr.revealed:
+            paid, variants = context
+            if paid:
                 args = {"order_id": order.id, "item_id": rid, "payment_id": order.payment_id}
                 calls.append(("refund_item", args))
-            model = world.products[item.product_id].model
-            if model in pr.listed:
-                for pid in world.models[model]:
-                    if pid != item.product_id and pid in pr.revealed:
-                        args = {"order_id": order.id, "item_id": rid, "new_product_id": pid}
-                        calls.append(("exchange_item", args))
+            for pid in variants or ():
+                if pid != item.product_id:
+                    args = {"order_id": order.id, "item_id": rid, "new_product_id": pid}
+                    calls.append(("exchange_item", args))
         elif kind == "prd":
             amounts.append(world.products[rid].price_cents)
             for name in ("list_variants", "get_product", "get_product_reviews"):
