@@ -440,9 +440,9 @@ def _take_lib() -> Any:
         if _IDLE_LIBS:
             return _IDLE_LIBS.pop()
         LIB_COPIES["loaded"] += 1
-    import fast_downward  # noqa: PLC0415
+    from budget_envs.envs.alfworld.planner_lib import load_planner_lib  # noqa: PLC0415
 
-    return fast_downward.load_lib()
+    return load_planner_lib()
 
 
 def _give_back(lib: Any) -> None:

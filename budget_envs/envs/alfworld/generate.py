@@ -387,6 +387,7 @@ def task_specs(split: str, n: int) -> tuple[TaskSpec, ...]:
     return tuple(sorted(specs, key=lambda s: (s.n_receptacles, s.index)))
 
 
+@lru_cache(maxsize=64)
 def select_specs(
     split: str,
     task_types: tuple[str, ...],
@@ -399,7 +400,8 @@ def select_specs(
     Otherwise the first ``tasks_per_level`` tasks of each type in index order (so a larger count
     extends a smaller one). ``max_receptacles`` keeps only scenes with at most that many
     receptacles (the smallest scenes have 10), counted before ``tasks_per_level``. Either way
-    ordered small scenes first, as :func:`task_specs`.
+    ordered small scenes first, as :func:`task_specs`. Made once per process for each set of
+    arguments (the envs of a run share it: building it was most of a new env's start).
     """
 
     def fits(spec: TaskSpec) -> bool:
