@@ -54,6 +54,10 @@ __all__ = [
 RESET_CACHE_SIZE = 128
 
 _TRANSLATE_LOCK = threading.Lock()
+#: textworld's parsers (module-level tatsu parsers) are not thread-safe: concurrent parses (the
+#: service's sessions prepare resets on threads) failed with "'NoneType' object is not
+#: iterable" and "pop from empty list". Every parse of this module holds it.
+_PARSE_LOCK = threading.Lock()
 
 
 class _LRU(OrderedDict):
@@ -64,20 +68,32 @@ class _LRU(OrderedDict):
         self.maxsize = maxsize
         self.hits = self.misses = self.evictions = 0
         self._lock = threading.Lock()
+        self._making: dict[Any, threading.Event] = {}
 
     def get_or(self, key: Any, make) -> tuple[Any, bool]:
-        """``(value, hit)``: the cached value, else ``make()`` stored (nothing stored if it raises)."""
-        with self._lock:
-            if key in self:
+        """``(value, hit)``: the cached value, else ``make()`` stored (nothing stored if it raises).
+        Threads asking for a key being made wait for it rather than making it again."""
+        while True:
+            with self._lock:
+                if key in self:
+                    self.move_to_end(key)
+                    self.hits += 1
+                    return self[key], True
+                making = self._making.get(key)
+                if making is None:
+                    self._making[key] = threading.Event()
+                    self.misses += 1
+                    break
+            making.wait()  # then look again (made, or failed: this thread tries)
+        try:
+            value = make()
+            with self._lock:
+                self[key] = value
                 self.move_to_end(key)
-                self.hits += 1
-                return self[key], True
-            self.misses += 1
-        value = make()
-        with self._lock:
-            self[key] = value
-            self.move_to_end(key)
-            self.shrink()
+                self.shrink()
+        finally:
+            with self._lock:
+                self._making.pop(key).set()
         return value, False
 
     def shrink(self) -> None:
@@ -198,7 +214,8 @@ def _replan_sas(domain: str, problem: str, tr: _Translation) -> str:
 
 def _logic(domain: str, grammar: str) -> Any:
     _, logic_mod = _deps.textworld_pddl()
-    return logic_mod.GameLogic(domain=domain, grammar=grammar)
+    with _PARSE_LOCK:
+        return logic_mod.GameLogic(domain=domain, grammar=grammar)
 
 
 def _new_state(lib: Any, tr: _Translation, logic: Any, problem: str) -> Any:
@@ -258,14 +275,16 @@ class _Deriver:
     def _query_rule(self, text: str) -> Any:
         rule = self._queries.get(text)
         if rule is None:
-            rule = self._queries[text] = self._rule.parse_conjunctive_query(text)
+            with _PARSE_LOCK:
+                rule = self._queries[text] = self._rule.parse_conjunctive_query(text)
         return rule
 
     def derive(self, grammar: Any, start: str, context: dict) -> str:
         tg = self._tg
         symbols = self._starts.get(start)
         if symbols is None:
-            symbols = self._starts[start] = tg._parse_and_convert(start, rule_name="symbols")
+            with _PARSE_LOCK:
+                symbols = self._starts[start] = tg._parse_and_convert(start, rule_name="symbols")
         stack = [(sym, context) for sym in reversed(symbols)]
         out: list[str] = []
         while stack:
