@@ -288,33 +288,40 @@ class ToolUseEnv(TextAgentEnv):
 
     def _known_candidates(self) -> list[str] | tuple:
         """The calls of this state when the last list still holds (a copy of it), else what
-        building them needs: ``(task, exact key, cheap key, listed models)``."""
+        building them needs, copied: ``(task, ids shown, models listed, changed slots, cheap
+        key)``."""
         # The calls depend only on the ticket and on what was shown (ids, models listed,
         # refunds made); most steps change none of them, so the last list is reused
-        # (building it, ~11 JSON texts, was two thirds of a step). The cheap key decides
-        # first; the exact one (sorted ids) when it differs.
+        # (building it, ~11 JSON texts, was two thirds of a step). The cheap key decides here;
+        # the exact one (sorted ids) when the calls are built.
         pr, task = self._pr, self._task
         memo = self._candidates
         quick = self._quick or self._shown_key()
         if memo is not None and memo[0] is task and memo[3] == quick:
             return list(memo[2])
-        refunded = sorted(
-            target
-            for (kind, target), value in pr.changed.items()
-            if kind == "item" and value[0] == "refunded"
+        return (
+            task,
+            frozenset(pr.revealed),
+            frozenset(pr.listed),
+            tuple(pr.changed.items()),
+            quick,
         )
-        key = (tuple(sorted(pr.revealed)), tuple(sorted(pr.listed)), tuple(refunded))
+
+    def _build_candidates(
+        self, task: Task, shown: frozenset, listed_set: frozenset, changed: tuple, quick: tuple
+    ) -> list[str]:
+        """The calls of the state captured by :meth:`_known_candidates`: a function of its
+        arguments alone, so it may run after later steps."""
+        refunded = sorted(
+            target for (kind, target), value in changed if kind == "item" and value[0] == "refunded"
+        )
+        revealed = tuple(sorted(shown))
+        key = (revealed, tuple(sorted(listed_set)), tuple(refunded))
+        memo = self._candidates
         if memo is not None and memo[0] is task and memo[1] == key:
             self._candidates = (task, key, memo[2], quick)
             return list(memo[2])
-        return (task, key, quick)
-
-    def _build_candidates(self, task: Task, key: tuple, quick: tuple) -> list[str]:
-        """The calls of the state ``key`` names (from :meth:`_known_candidates`): a function of
-        ``task`` and ``key`` alone, so it may run after later steps."""
         world, blocks = self.world, self._blocks
-        revealed, listed, refunded = key
-        shown, listed_set = frozenset(revealed), frozenset(listed)
         quoted = tuple(q for q in _QUOTED.findall(task.ticket) if parse_money(q) is None)
         texts: list[str] = [call_json("list_promotions", {})]
         texts += [call_json("find_customer", {"email": e}) for e in _EMAIL.findall(task.ticket)]
