@@ -147,3 +147,34 @@ def test_ray_runner_records_equal_local_runner(local_ray, env_id, tmp_path):
     assert prefix and all(r["reached"] for r in prefix)
     assert len(b) == len(jobs) + len(prefix) and not any(r.get("error") for r in b)
     assert _strip(a) == _strip(b)
+
+
+@pytest.mark.parametrize("env_id", ["BudgetMix/ToolUse-v0", "BudgetMix/WebShop-v0"])
+def test_the_manager_on_ray_actors_equals_the_manager_in_process(local_ray, env_id):
+    """``BudgetMixEnvManager(..., ray=...)``: 12 envs in 3 actors of half a CPU each, the same
+    observations, rewards, dones and infos as in process, turn after turn, junk replies too."""
+    from budget_envs.integrations.manager import BudgetMixEnvManager
+
+    kwargs = {"level": 2} if "WebShop" in env_id else {}
+    here = BudgetMixEnvManager(env_id, 12, group_n=3, budget=4, seed=5, **kwargs)
+    there = BudgetMixEnvManager(
+        env_id, 12, group_n=3, budget=4, seed=5, ray="local", actors=3, num_cpus=0.5, **kwargs
+    )
+    try:
+        assert there._pool.n_actors == 3 and len(there.envs) == 12
+        assert list(there.task_ids) == list(here.task_ids)
+        a, b = here.reset(), there.reset()
+        assert a == b
+        for turn in range(5):  # past the budget: done envs are ignored on both sides
+            infos = a[1] if turn == 0 else a[3]
+            replies = [
+                (i["candidate_actions"] or [""])[0] if k % 3 else "\x00{broken"
+                for k, i in enumerate(infos)
+            ]
+            a, b = here.step(replies), there.step(replies)
+            assert a[0] == b[0] and a[3] == b[3]
+            assert a[1].tolist() == b[1].tolist() and a[2].tolist() == b[2].tolist()
+        assert a[2].all()
+    finally:
+        here.close()
+        there.close()

@@ -76,9 +76,17 @@ class BudgetMixEnvManager:
         history_length: int = 2,
         show_actions: bool = False,
         parse: Callable[[str], str] = action_from_reply,
+        ray: str | None = None,
+        actors: int | None = None,
+        num_cpus: float = 0.25,
         **env_kwargs: Any,
     ) -> None:
-        """Build ``n`` envs (``env_kwargs``: the env's constructor kwargs, as in make_env)."""
+        """Build ``n`` envs (``env_kwargs``: the env's constructor kwargs, as in make_env).
+
+        ``ray``: None holds the envs in this process; ``"local"``, ``"auto"`` or an address
+        holds them in ``actors`` Ray actors (default: one per 64 envs, at least 1) of
+        ``num_cpus`` each (fractional is fine: an actor mostly waits), each reset and step of
+        the manager one message per actor, the actors working in parallel."""
         for name, value, low in (("n", n, 1), ("group_n", group_n, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
@@ -105,17 +113,29 @@ class BudgetMixEnvManager:
         self.parse = parse
         self.rng = np.random.default_rng(seed)
         self.envs = []
+        self._pool = None
         try:
-            for _ in range(n):
-                self.envs.append(
-                    make_env(
-                        env_id, budget=budget, visibility=visibility, faults=faults, **env_kwargs
+            if ray is None:
+                for _ in range(n):
+                    self.envs.append(
+                        make_env(
+                            env_id,
+                            budget=budget,
+                            visibility=visibility,
+                            faults=faults,
+                            **env_kwargs,
+                        )
                     )
+                self.task_ids: Sequence[str] = self.envs[0].unwrapped.task_ids
+            else:
+                self._pool = _actor_pool(
+                    env_id, n, ray, actors, num_cpus, budget, visibility, faults, env_kwargs
                 )
+                self.envs = [self._pool.env(i) for i in range(n)]
+                self.task_ids = self._pool.get_attr("task_ids", indices=[0])[0]
         except BaseException:
             self.close()
             raise
-        self.task_ids: Sequence[str] = self.envs[0].unwrapped.task_ids
         self._task_set = frozenset(self.task_ids)
         self._obs = [""] * n
         self._infos: list[dict[str, Any]] = [{} for _ in range(n)]
@@ -158,9 +178,15 @@ class BudgetMixEnvManager:
             self._checked(g, kwargs[g] if kwargs is not None else {}, *draws[g])
             for g in range(groups)
         ]
-        for g, (task_id, seed) in enumerate(plan):
+        seeds = [plan[i // self.group_n][1] for i in range(self.n)]
+        options = [{"task_id": plan[i // self.group_n][0]} for i in range(self.n)]
+        if self._pool is not None:
+            results = self._pool.reset_batch(seeds, options, indices=range(self.n))
+        else:
+            results = [e.reset(seed=s, options=o) for e, s, o in zip(self.envs, seeds, options)]
+        for g in range(groups):
             for i in range(g * self.group_n, (g + 1) * self.group_n):
-                obs, info = self.envs[i].reset(seed=seed, options={"task_id": task_id})
+                obs, info = results[i]
                 self._system[i] = system_prompt(self.env_id, info, DEFAULT_PROMPTS)
                 self._goal[i] = str(info.get("goal") or "")
                 self._history[i] = []
@@ -221,14 +247,21 @@ class BudgetMixEnvManager:
                 f"{type(text_actions[bad[0]]).__name__} ({len(bad)} not strings); nothing was played"
             )
         rewards = np.zeros(self.n, dtype=np.float32)
-        for i, reply in enumerate(text_actions):
+        live = [i for i in range(self.n) if not self._done[i]]
+        actions = {i: self.parse(text_actions[i]) for i in live}
+        if self._pool is not None:
+            stepped = self._pool.step_batch([actions[i] for i in live], indices=live)
+        else:
+            stepped = [self.envs[i].step(actions[i]) for i in live]
+        results = dict(zip(live, stepped, strict=True))
+        for i in range(self.n):
             group = i // self.group_n
             if self._done[i]:
                 self._infos[i] = dict(self._infos[i], ignored=True)
                 self._infos[i].pop("fault", None)
                 continue
-            action = self.parse(reply)
-            obs, reward, terminated, truncated, info = self.envs[i].step(action)
+            action = actions[i]
+            obs, reward, terminated, truncated, info = results[i]
             rewards[i] = float(reward)
             self._done[i] = bool(terminated or truncated)
             self._history[i].append((action, self._obs[i]))
@@ -283,6 +316,28 @@ class BudgetMixEnvManager:
         return "\n\n".join(parts)
 
     def close(self) -> None:
-        """Close every env."""
+        """Close every env (and end the actors holding them)."""
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            pool.close()
+            return
         for env in self.envs:
             env.close()
+
+
+def _actor_pool(env_id, n, address, actors, num_cpus, budget, visibility, faults, env_kwargs):
+    """An :class:`~budget_envs.service.ray_pool.EnvActorPool` holding the manager's ``n`` envs."""
+    from budget_envs.service.ray_pool import EnvActorPool  # noqa: PLC0415 - the ray extra
+
+    if actors is None:
+        actors = max(1, -(-n // 64))
+    if isinstance(actors, bool) or not isinstance(actors, int) or actors < 1:
+        raise ValueError(f"actors must be a positive int or None, got {actors!r}")
+    actors = min(actors, n)
+    per = -(-n // actors)
+    kwargs = dict(env_kwargs, visibility=visibility, faults=faults)
+    if budget is not DEFAULT_BUDGET:
+        kwargs["budget"] = budget
+    return EnvActorPool(
+        env_id, actors, envs_per_actor=per, address=address, num_cpus=num_cpus, **kwargs
+    )
