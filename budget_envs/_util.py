@@ -114,6 +114,12 @@ def cache_root(family: str, cache_dir: str | os.PathLike | None = None) -> Path:
 # ---------------------------------------------------------------------- tool calls
 #: ``json.dumps`` of one str (ASCII-escaped, as ``json.dumps``' default), without the dispatch.
 _encode_str = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+#: (tool name, argument names) -> a call's text with ``%s`` for each encoded string value: a
+#: tool-use state offers dozens of calls, most of them new on a fresh task, and filling a
+#: template costs a third of encoding the call whole. At most ``_MAX_TEMPLATES`` (argument names
+#: come from agents' actions too).
+_TEMPLATES: dict[tuple, str] = {}
+_MAX_TEMPLATES = 512
 
 
 def tool_calls_action(calls: Iterable[tuple[str, Any]]) -> str:
@@ -145,12 +151,24 @@ def tool_call_action(name: str, arguments: Any) -> str:
     >>> tool_call_action("submit", {"answer": "done"})
     '{"tool_calls":[{"name":"submit","arguments":{"answer":"done"}}]}'
     """
+    if type(arguments) is dict:
+        key = (name, *arguments)
+        template = _TEMPLATES.get(key)
+        if template is not None:
+            try:  # every value a string: written into the template kept for these names
+                return template % tuple(map(_encode_str, arguments.values()))
+            except TypeError:  # None (left out) or another type: encoded below
+                pass
     if (
         isinstance(name, str)
         and type(arguments) is dict
         and all(type(k) is str and (v is None or type(v) is str) for k, v in arguments.items())
     ):
         enc = _encode_str
+        if len(_TEMPLATES) < _MAX_TEMPLATES and None not in arguments.values():
+            body = ",".join(enc(k).replace("%", "%%") + ":%s" for k in arguments)
+            head = '{"tool_calls":[{"name":' + enc(name).replace("%", "%%")
+            _TEMPLATES[(name, *arguments)] = head + ',"arguments":{' + body + "}}]}"
         body = ",".join(f"{enc(k)}:{enc(v)}" for k, v in arguments.items() if v is not None)
         return f'{{"tool_calls":[{{"name":{enc(name)},"arguments":{{{body}}}}}]}}'
     return tool_calls_action([(name, arguments)])

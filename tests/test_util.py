@@ -73,3 +73,19 @@ def test_one_tool_call_text_is_exactly_the_json_form():
     # non-string arguments and raw strings take the general path
     assert tool_call_action("f", {"n": 3}) == '{"tool_calls":[{"name":"f","arguments":{"n":3}}]}'
     assert tool_call_action("f", "{broken") == tool_calls_action([("f", "{broken")])
+
+
+def test_tool_call_templates_write_exactly_what_json_encoding_writes():
+    """Calls whose values are strings are written from per-name templates: the same text as
+    encoding them whole, for names and values holding %, quotes, NUL and non-ASCII, None (left
+    out) and non-string values mixed in."""
+    import random
+
+    from budget_envs._util import tool_call_action, tool_calls_action
+
+    rnd = random.Random(0)
+    for _ in range(5000):
+        name = rnd.choice(["get_order", "x%y", 'q"', "ünï"])
+        keys = rnd.sample(["order_id", "k%2", 'k"4', "é", "note"], rnd.randint(0, 3))
+        args = {k: rnd.choice([None, "v", "%s", 'a"b', "ünï", "\x00", 3, 2.5]) for k in keys}
+        assert tool_call_action(name, args) == tool_calls_action([(name, args)]), (name, args)

@@ -319,45 +319,15 @@ def _check_args(tool: Tool, args: dict) -> dict[str, str | None]:
     return out
 
 
-#: (tool, argument names) -> the call's text with ``%s`` for each JSON-encoded string value.
-_TEMPLATES: dict[tuple[str, ...], str] = {}
-#: At most this many templates (argument names come from agents' actions too).
-_MAX_TEMPLATES = 512
-_encode = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
-
-
 def call_json(name: str, args: dict[str, str | None] | tuple) -> str:
     """The canonical action text of a call (what the oracle emits); ``args`` as a dict or as
     ``(name, value)`` pairs. The text is the suite's one tool-call form
-    (:func:`budget_envs._util.tool_call_action`).
-
-    A state offers dozens of calls, most of them new on a fresh task: a call whose values are
-    all strings is written into a template kept per tool and argument names (a third of the
-    cost of encoding it whole), with the same text.
+    (:func:`budget_envs._util.tool_call_action`, which writes string calls from templates).
 
     >>> call_json("get_order", {"order_id": "ord_1"})
     '{"tool_calls":[{"name":"get_order","arguments":{"order_id":"ord_1"}}]}'
     """
-    if type(args) is not dict:
-        args = dict(args)
-    key = (name, *args)
-    template = _TEMPLATES.get(key)
-    if template is not None:
-        try:
-            return template % tuple(map(_encode, args.values()))
-        except TypeError:  # a value that is not a string (None, a number): encoded whole
-            pass
-    text = tool_call_action(name, args)
-    if (
-        template is None
-        and len(_TEMPLATES) < _MAX_TEMPLATES
-        and all(type(k) is str for k in key)
-        and all(type(v) is str for v in args.values())
-    ):
-        body = ",".join(_encode(k).replace("%", "%%") + ":%s" for k in args)
-        head = '{"tool_calls":[{"name":' + _encode(name).replace("%", "%%")
-        _TEMPLATES[key] = head + ',"arguments":{' + body + "}}]}"
-    return text
+    return tool_call_action(name, args if type(args) is dict else dict(args))
 
 
 def parse_money(text: str) -> int | None:
