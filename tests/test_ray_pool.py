@@ -149,7 +149,7 @@ def test_ray_runner_records_equal_local_runner(local_ray, env_id, tmp_path):
     assert _strip(a) == _strip(b)
 
 
-@pytest.mark.parametrize("env_id", ["BudgetMix/ToolUse-v0", "BudgetMix/WebShop-v0"])
+@pytest.mark.parametrize("env_id", ["BudgetMix/ToolUse-v0"])
 def test_the_manager_on_ray_actors_equals_the_manager_in_process(local_ray, env_id):
     """``BudgetMixEnvManager(..., ray=...)``: 12 envs in 3 actors of half a CPU each, the same
     observations, rewards, dones and infos as in process, turn after turn, junk replies too."""

@@ -88,12 +88,25 @@ def _trimmed_image() -> str | None:
         target = os.path.join(folder, "libdownward.so")
         try:
             trim_shared_object(interface.DOWNWARD_LIB_PATH, target)
+            target = _held_open(target, folder)
         except (OSError, ValueError) as exc:
             logger.debug("using the shipped planner library as it is: %s", exc)
+            shutil.rmtree(folder, ignore_errors=True)
             target = None
         _TRIMMED[pid] = target
-        atexit.register(_remove, folder, pid)
         return target
+
+
+def _held_open(path: str, folder: str) -> str:
+    """Where copies are made from: on Linux the image is kept open and its file removed at
+    once (``/proc/self/fd/N`` reads it), so no file of it outlives the process, whatever way
+    the process ends; elsewhere the file, removed at exit."""
+    if os.path.isdir("/proc/self/fd"):
+        fd = os.open(path, os.O_RDONLY)
+        shutil.rmtree(folder, ignore_errors=True)
+        return f"/proc/self/fd/{fd}"
+    atexit.register(_remove, folder, os.getpid())
+    return path
 
 
 def _remove(folder: str, pid: int) -> None:
