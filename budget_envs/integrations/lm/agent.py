@@ -42,6 +42,7 @@ from budget_envs.eval.prompts import (
     with_actions,
 )
 from budget_envs.integrations.lm.engine import BatchGenerator, Conversation, Request
+from budget_envs.integrations.trl.scoring import ACTION_MODES, candidate_ids, check_mode
 
 __all__ = [
     "LMAgent",
@@ -176,6 +177,10 @@ class LMAgent:
         check_visibility: refuse an evaluation whose budget visibility differs from the one a
             trained folder records (``budgetmix_policy.json``).
         name: the agent's name in records (default ``lm:<model>``).
+        actions: ``"generate"`` (write each reply) or ``"score"``: the reply is the offered
+            action (``info["candidate_actions"]``, the first ``max_actions``) drawn from the
+            model's scores of them at ``temperature`` (the highest at 0); a turn with nothing
+            offered is written. None: what a trained folder records, else ``"generate"``.
     """
 
     def __init__(
@@ -195,6 +200,7 @@ class LMAgent:
         threads: int | None = None,
         check_visibility: bool = True,
         name: str | None = None,
+        actions: str | None = None,
     ) -> None:
         if not isinstance(model, (str, os.PathLike)) or not os.fspath(model):
             raise ValueError(f"model must be a prepared name or a folder, got {model!r}")
@@ -220,6 +226,9 @@ class LMAgent:
                 raise TypeError(f"{what} must be true or false, got {value!r}")
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
             raise ValueError(f"threads must be an int or None, got {threads!r}")
+        if actions is not None:
+            check_mode(actions)
+        self.actions = actions
         self.model = os.fspath(model)
         self.temperature = float(temperature)
         self.top_p = float(top_p)
@@ -266,6 +275,9 @@ class LMAgent:
         policy = Path(self.model) / "budgetmix_policy.json"
         if policy.is_file():
             self._trained = json.loads(policy.read_text(encoding="utf-8"))
+        if self.actions is None:
+            trained = self._trained.get("actions")
+            self.actions = trained if trained in ACTION_MODES else "generate"
         template = getattr(self._tok, "chat_template", None) or ""
         self._native_tools = "tools" in template
         config = self._net.config.get_text_config()
@@ -411,12 +423,22 @@ class LMEpisode:
             self._full = True
             self.conv.drop_cache()
             return None
+        candidates = None
+        offered = list(info.get("candidate_actions") or [])[: agent.max_actions]
+        if agent.actions == "score" and offered:
+            room = agent.max_context - len(self.conv.ids)
+            _, candidates = candidate_ids(agent._tok, offered, agent._end_id, room)
+            if not candidates:
+                self._full = True
+                self.conv.drop_cache()
+                return None
         return Request(
             self.conv,
             agent.max_tokens,
             seed=_seed(agent.seed, self.seed, self.turn),
             temperature=agent.temperature,
             top_p=agent.top_p,
+            candidates=candidates,
         )
 
     def finish(self, reply: Any) -> str:

@@ -53,6 +53,9 @@ class Request:
     seed: int
     temperature: float = 0.0
     top_p: float = 1.0
+    #: Score these replies (ids, each ending with the end-of-turn id) and take one, instead of
+    #: writing a reply (see :mod:`budget_envs.integrations.trl.scoring`).
+    candidates: list[list[int]] | None = None
 
 
 @dataclass
@@ -133,6 +136,14 @@ class BatchGenerator:
         draw = torch.minimum(draw, torch.nextafter(cdf[-1], torch.zeros_like(cdf[-1])))
         return int(torch.searchsorted(cdf, draw[None], right=True)[0])
 
+    def _choose(self, req: Request, logits: Any, gen: Any) -> list[int]:
+        """The candidate reply drawn from the model's scores of them (on the kept cache)."""
+        from budget_envs.integrations.trl.scoring import choose, score_candidates
+
+        conv, cands = req.conversation, req.candidates or []
+        scores = score_candidates(self.model, conv.ids, cands, kv=conv.kv, last_logits=logits)
+        return list(cands[choose(scores, req.temperature, gen)])
+
     # ------------------------------------------------------------------ a turn
     def generate(self, requests: Sequence[Request]) -> list[Reply]:
         """One reply for each request's conversation; each conversation's ``ids`` and cache
@@ -151,11 +162,14 @@ class BatchGenerator:
                 logits, n = self._prefill(req.conversation)
                 first.append(logits)
                 prefilled.append(n)
-            tokens = [[self._sample(lg, r, g)] for lg, r, g in zip(first, requests, gens)]
+            tokens = [
+                self._choose(r, lg, g) if r.candidates else [self._sample(lg, r, g)]
+                for lg, r, g in zip(first, requests, gens)
+            ]
             live = [
                 i
                 for i, r in enumerate(requests)
-                if tokens[i][0] not in self.eos_ids and r.max_new_tokens > 1
+                if not r.candidates and tokens[i][0] not in self.eos_ids and r.max_new_tokens > 1
             ]
             if live:
                 self._decode(requests, tokens, gens, live, _slot_cache())

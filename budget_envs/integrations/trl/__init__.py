@@ -27,6 +27,7 @@ The modules, each importing only those above it in this list:
 ``dialogue``       prompts, observations and replies as text, and as token ids with loss masks
 ``decoding``       the pieces of the generator's own decoding loop (cache, sampling)
 ``generation``     the generation back ends: :class:`HFTurnGenerator`, :class:`VLLMTurnGenerator`
+``scoring``        acting by scoring the offered actions (``actions="score"``)
 ``rollout``        :class:`BudgetMixRollout` (the ``rollout_func``) and :func:`env_reward`
 ``tool_env``       :class:`BudgetMixToolEnv` (the ``environment_factory`` class)
 ``data``           the datasets of both ways in, and oracle episodes for a warm start

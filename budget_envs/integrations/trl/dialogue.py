@@ -165,6 +165,8 @@ class _TokenEpisode:
         self.over = False
         #: How a decoded reply becomes the action (the lm agent's rule under ``render="lm"``).
         self.parse = action_from_reply
+        #: The actions the env offers this turn (``info["candidate_actions"]``).
+        self.offered: list[str] = []
 
     def context(self) -> list[int]:
         return self.ep.prompt_ids + self.ep.completion_ids
@@ -181,7 +183,9 @@ class _TokenEpisode:
         ep.replies.append(ids)
         if not ids or ids[-1] not in self.eos_ids:
             self.over = True
-            ep.stop_reason = "max_completion_length" if len(ids) >= room else "max_turn_tokens"
+            # No ids at all: no offered action fits in what is left (acting by scoring).
+            full = not ids or len(ids) >= room
+            ep.stop_reason = "max_completion_length" if full else "max_turn_tokens"
             return None
         text = self.dialogue.tok.decode(ids, skip_special_tokens=True)
         return self.parse(text)

@@ -152,15 +152,35 @@ class PolicyAgent:
         if st.over:
             return ""
         context = st.context()
+        offered = list(info.get("candidate_actions") or [])
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(_seed(self.seed, self._episode_seed, self._turn))
-            cap = min(st.max_turn_tokens, st.room())
-            replies, logps = self._generator.generate([context], cap)
+            if self.settings.get("actions") == "score" and offered:
+                reply, logp = self._scored(context, offered, st.room())
+            else:
+                cap = min(st.max_turn_tokens, st.room())
+                replies, logps = self._generator.generate([context], cap)
+                reply, logp = replies[0], logps[0]
         self._tokens["prompt_tokens"] += len(context)
-        self._tokens["completion_tokens"] += len(replies[0])
+        self._tokens["completion_tokens"] += len(reply)
         self._tokens["requests"] += 1
-        action = st.take_reply(replies[0], logps[0])
+        action = st.take_reply(reply, logp)
         return "" if action is None else action
+
+    def _scored(
+        self, context: list[int], offered: list[str], room: int
+    ) -> tuple[list[int], list[float]]:
+        """The offered action the model's scores draw (as in training; see ``scoring``)."""
+        from budget_envs.integrations.trl.scoring import candidate_ids, choose, score_candidates
+
+        end = self._generator.eos_token_ids[0]
+        _, cands = candidate_ids(self._tokenizer, offered, end, room)
+        if not cands:
+            return [], []
+        scores = score_candidates(self._model, context, cands)
+        temperature = self._model.generation_config.temperature
+        pick = choose(scores, 1.0 if temperature is None else float(temperature))
+        return cands[pick], scores[pick]
 
     def usage(self) -> dict[str, int]:
         """Token counts of the current episode."""

@@ -25,6 +25,12 @@ from budget_envs.integrations.trl.dialogue import (
     _user_text,
 )
 from budget_envs.integrations.trl.generation import HFTurnGenerator, VLLMTurnGenerator
+from budget_envs.integrations.trl.scoring import (
+    candidate_ids,
+    check_mode,
+    choose,
+    score_candidates,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +116,7 @@ class BudgetMixRollout:
         seed: int = 0,
         env_kwargs: dict[str, Any] | None = None,
         render: str = "suite",
+        actions: str = "generate",
     ) -> None:
         """Build the env (an id with wrapper options, or a ready env) and the task generator.
 
@@ -131,7 +138,12 @@ class BudgetMixRollout:
                 (the family's system prompt, the offered actions one a line; the action taken
                 out of a reply as that agent does), so a model from ``--trainer sft`` trains on
                 the prompts it was fine-tuned on and plays after as ``lm:``.
+            actions: ``"generate"`` (write each reply) or ``"score"``: each turn's reply is one
+                of ``info["candidate_actions"]``, drawn from the model's scores of them at the
+                sampling temperature (:mod:`~budget_envs.integrations.trl.scoring`; a turn
+                with nothing offered is written). Not with vLLM.
         """
+        self.actions = check_mode(actions)
         if render not in ("suite", "lm"):
             raise ValueError(f"render must be 'suite' or 'lm', got {render!r}")
         self.render = render
@@ -172,6 +184,7 @@ class BudgetMixRollout:
             "show_actions": self.show_actions,
             "max_turn_tokens": self.max_turn_tokens,
             "render": self.render,
+            "actions": self.actions,
         }
 
     # ------------------------------------------------------------------ GRPO entry point
@@ -195,6 +208,8 @@ class BudgetMixRollout:
         sampler_seed = _seed(self.seed, rank, step, call, 1)
         eos_ids = list(trainer.eos_token_ids)
         if trainer.use_vllm:
+            if self.actions == "score":
+                raise ValueError("actions='score' needs the model in process, not vLLM")
             gen = VLLMTurnGenerator(trainer.vllm_generation, filler_id=eos_ids[0])
             return self._as_output(
                 self._play_all(prompts, gen, tokenizer, limit, kwargs, rank, group, eos_ids, True)
@@ -366,6 +381,7 @@ class BudgetMixRollout:
                     eos_ids,
                 )
             st.ep.budget, st.ep.task_id, st.ep.seed = budget, task_id, seed
+            st.offered = list(info.get("candidate_actions") or [])
             states.append(st)
         calls_before = gen.calls
         while True:
@@ -381,9 +397,7 @@ class BudgetMixRollout:
                 replies, logps = gen.generate(contexts, self.max_turn_tokens)
                 replies, logps = [replies[i] for i in live], [logps[i] for i in live]
             else:
-                rooms = [states[i].room() for i in live]
-                new_tokens = min(self.max_turn_tokens, max(rooms))
-                replies, logps = gen.generate([states[i].context() for i in live], new_tokens)
+                replies, logps = self._replies(gen, tokenizer, [states[i] for i in live])
             for i, reply, lp in zip(live, replies, logps):
                 st, env = states[i], envs[i]
                 action = st.take_reply(reply, lp)
@@ -398,6 +412,7 @@ class BudgetMixRollout:
                     st.ep.won = bool(info.get("won", False))
                     st.ep.stop_reason = _stop_reason(info, terminated)
                     continue
+                st.offered = list(info.get("candidate_actions") or [])
                 st.take_observation(self._next_text(obs, info))
         episodes = [st.ep for st in states]
         self.last_episodes = episodes
@@ -407,6 +422,35 @@ class BudgetMixRollout:
             counts = {w: sum(e.stop_reason == w for e in episodes) for w in STOP_REASONS}
             logger.info("rollout: %d episodes, stop reasons %s", len(episodes), counts)
         return episodes
+
+    def _replies(
+        self, gen: Any, tokenizer: Any, states: Sequence[_TokenEpisode]
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """One reply per live episode: written by ``gen``, or (``actions="score"``) chosen
+        among each episode's offered actions."""
+        replies: list[list[int]] = [[] for _ in states]
+        logps: list[list[float]] = [[] for _ in states]
+        written = list(range(len(states)))
+        if self.actions == "score":
+            written = []
+            end = tokenizer.eos_token_id
+            end = int(end if isinstance(end, int) else list(end)[0])
+            for j, st in enumerate(states):
+                if not st.offered:
+                    written.append(j)
+                    continue
+                _, cands = candidate_ids(tokenizer, st.offered, end, st.room())
+                if cands:  # none fitting leaves an empty reply: the token limit ends it
+                    scores = score_candidates(gen.model, st.context(), cands)
+                    pick = choose(scores, gen.temperature)
+                    replies[j], logps[j] = cands[pick], scores[pick]
+        if written:
+            rooms = [states[j].room() for j in written]
+            new_tokens = min(self.max_turn_tokens, max(rooms))
+            out, lps = gen.generate([states[j].context() for j in written], new_tokens)
+            for j, reply, lp in zip(written, out, lps):
+                replies[j], logps[j] = reply, lp
+        return replies, logps
 
     def _agent_info(self, info: dict[str, Any]) -> dict[str, Any]:
         # What the lm agent would see: no budget unless it is shown.

@@ -146,6 +146,7 @@ def train(
     chat_template_kwargs: dict[str, Any] | None = None,
     tiny_hidden_size: int = 64,
     tiny_layers: int = 2,
+    actions: str = "generate",
 ) -> dict[str, Any]:
     """Train a policy on ``env_id``: warm start (tiny model), then GRPO via ``rollout_func``.
 
@@ -173,6 +174,9 @@ def train(
         chat_template_kwargs: GRPOConfig's ``chat_template_kwargs`` (e.g. ``{"enable_thinking":
             False}`` for Qwen3).
         tiny_hidden_size, tiny_layers: the size of the tiny model.
+        actions: ``"score"``: every reply is an offered action drawn from the model's scores
+            of them (:mod:`~budget_envs.integrations.trl.scoring`), in training and when the
+            folder plays; ``"generate"``: replies are written token by token.
 
     Returns:
         Metrics: ``wall_time`` (seconds), ``warm_start_loss`` (first, last), ``log_history``
@@ -209,6 +213,7 @@ def train(
         seed=seed,
         env_kwargs=env_kwargs,
         render=render,
+        actions=actions,
     )
     tasks = list(rollout.env.unwrapped.task_ids if train_tasks is None else train_tasks)
     if not tasks:
