@@ -71,6 +71,22 @@ def _json_dict(text: str) -> dict[str, Any]:
     return value
 
 
+KEEP_HELP = (
+    "the share of Pass@1 at T_max whose smallest T the report's 'What a turn buys' section "
+    "gives, with an interval (default 0.95)"
+)
+
+
+def _keep_share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:  # nan fails too
+        raise argparse.ArgumentTypeError(f"expected a share in (0, 1], got {text!r}")
+    return value
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -209,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--boot", type=int, default=1000, help="bootstrap resamples")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--no-figures", action="store_true")
+    r.add_argument("--keep", type=_keep_share, default=0.95, help=KEEP_HELP)
 
     c = sub.add_parser("compare", help="difference surface RUN_B - RUN_A")
     c.add_argument("run_a", metavar="RUN_A")
@@ -219,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--boot", type=int, default=1000)
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--no-figures", action="store_true")
+    c.add_argument("--keep", type=_keep_share, default=0.95, help=KEEP_HELP)
 
     pl = sub.add_parser("play", help="play an env in the terminal, budget shown")
     pl.add_argument("env_id", metavar="ENV_ID")

@@ -252,7 +252,10 @@ def test_demo_on_what_is_registered(tmp_path):
     assert "One oracle episode on BudgetMixTest/Toy-v0" in text and "episode summary:" in text
     assert "[turn 1/12, 11 left]" in text
     assert (tmp_path / "demo" / "report.md").exists()
-    assert len(list((tmp_path / "demo").glob("*.png"))) == 5
+    assert len(list((tmp_path / "demo").glob("*.png"))) == 6
+    report = (tmp_path / "demo" / "report.md").read_text()
+    assert "## What a turn buys" in report and "keeps 95% of its Pass@1" in report
+    assert (tmp_path / "demo" / "budget_curve.csv").exists()
 
 
 def test_dispatchers_explain_what_is_missing(capsys):

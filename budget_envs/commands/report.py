@@ -34,7 +34,12 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     out_dir = Path(args.out) if args.out else Path(args.run) / "report"
     try:
         result = write_report(
-            records, out_dir, n_boot=args.boot, seed=args.seed, figures=not args.no_figures
+            records,
+            out_dir,
+            n_boot=args.boot,
+            seed=args.seed,
+            figures=not args.no_figures,
+            keep=args.keep,
         )
     except gym.error.DependencyNotInstalled as exc:
         print(f"budgetmix report: {exc}; or pass --no-figures for the tables only", file=sys.stderr)
@@ -81,6 +86,7 @@ def cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
             n_boot=args.boot,
             seed=args.seed,
             figures=not args.no_figures,
+            keep=args.keep,
         )
     except (ValueError, OutDirError, gym.error.DependencyNotInstalled) as exc:
         print(f"budgetmix compare: {exc}", file=sys.stderr)  # UnknownAgent is a ValueError

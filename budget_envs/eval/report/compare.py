@@ -15,6 +15,15 @@ import numpy as np
 from budget_envs.errors import UnknownAgent
 from budget_envs.eval.metrics import bootstrap_pass_at_kt, prefix_difference
 from budget_envs.eval.outdir import ensure_dir, folder_errors
+from budget_envs.eval.report.budget import (
+    DEFAULT_KEEP,
+    BudgetAnswer,
+    budget_answers,
+    budget_curve_rows,
+    budget_figure,
+    budget_markdown,
+    check_keep,
+)
 from budget_envs.eval.report.figures import figure_class, save
 from budget_envs.eval.report.surfaces import GroupSurface, group_surfaces, label
 from budget_envs.eval.report.tables import grid_cells, markdown_table, prefix_t, slug, write_dicts
@@ -41,6 +50,8 @@ class Comparison:
     text: str = ""
     #: B minus A after the same failed prefixes (:func:`~budget_envs.eval.metrics.prefix_difference`).
     prefix: list[Any] = field(default_factory=list)
+    #: What a turn buys A and B on the shared tasks and budgets (:mod:`.budget`).
+    budget: list[BudgetAnswer] = field(default_factory=list)
 
 
 def _pick(surfaces: list[GroupSurface], env_id: str, agent: str | None) -> GroupSurface | None:
@@ -67,8 +78,13 @@ def compare_runs(
     n_boot: int = 1000,
     seed: int = 0,
     figures: bool = True,
+    keep: float = DEFAULT_KEEP,
 ) -> list[Comparison]:
     """The difference surface B - A per env, and where B's gain holds.
+
+    Each comparison also answers "what does a turn buy" for A and for B on the shared tasks and
+    budgets (the smallest T keeping ``keep`` of Pass@1 at the largest shared T, per-turn gains,
+    cost per turn; :mod:`~budget_envs.eval.report.budget`).
 
     The bootstrap resamples tasks with the same draws for A and B (a paired interval). The gain
     "holds" at (K,T) when the interval's lower end is above 0. ``holds_from[K]`` is the smallest
@@ -85,6 +101,7 @@ def compare_runs(
     list means the agents share no env, task or budget with usable episodes (``budgetmix
     compare`` calls that an error).
     """
+    keep = check_keep(keep)
     surf_a = group_surfaces(records_a, n_boot=1, seed=seed)
     surf_b = group_surfaces(records_b, n_boot=1, seed=seed)
     for run, agent, records in (("A", agent_a, records_a), ("B", agent_b, records_b)):
@@ -146,6 +163,11 @@ def compare_runs(
             seed=seed,
         )
         lines += _prefix_lines(prefix, records_a, records_b, env_id, a, b)
+        budget = [
+            *budget_answers([_shared(a, ia, ta)], records_a, keep=keep, n_boot=n_boot, seed=seed),
+            *budget_answers([_shared(b, ib, tb)], records_b, keep=keep, n_boot=n_boot, seed=seed),
+        ]
+        lines += [f"  {x.sentence()}" for x in budget]
         comp = Comparison(
             env_id=env_id,
             label_a=a.label,
@@ -159,6 +181,7 @@ def compare_runs(
             holds_from=holds_from,
             text="\n".join(lines),
             prefix=prefix,
+            budget=budget,
         )
         results.append(comp)
     if out_dir is not None:
@@ -227,6 +250,16 @@ def _prefix_lines(
     return lines
 
 
+def _shared(s: GroupSurface, tasks: list[int], ts: list[int]) -> GroupSurface:
+    """``s`` on the given task and T indices (what both runs cover)."""
+    from dataclasses import replace
+
+    per_task = s.per_task[np.ix_(tasks, range(len(s.ks)), ts)]
+    return replace(
+        s, task_ids=[s.task_ids[i] for i in tasks], ts=[s.ts[j] for j in ts], per_task=per_task
+    )
+
+
 def _write_comparison(results: list[Comparison], out: Path, figures: bool) -> None:
     with open(out / "difference.csv", "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
@@ -288,8 +321,14 @@ def _write_comparison(results: list[Comparison], out: Path, figures: bool) -> No
             ),
         )
         md.append("")
+    answers = [x for c in results for x in c.budget]
+    if answers:
+        md += budget_markdown(answers, answers[0].keep)
+        write_dicts(out / "budget_curve.csv", budget_curve_rows(answers))
     if figures and results:
         md += [f"![{name}]({name})" for name in _difference_figures(results, out)]
+        if answers:
+            md.append(f"![budget_curve]({budget_figure(answers, out, 'budget_curve').name})")
     (out / "compare.md").write_text("\n".join(md) + "\n", encoding="utf-8")
 
 

@@ -13,6 +13,14 @@ import numpy as np
 
 from budget_envs.eval.metrics import recovery_table, single_step_accuracy
 from budget_envs.eval.outdir import ensure_dir, folder_errors
+from budget_envs.eval.report.budget import (
+    DEFAULT_KEEP,
+    budget_answers,
+    budget_curve_rows,
+    budget_figure,
+    budget_markdown,
+    check_keep,
+)
 from budget_envs.eval.report.figures import surface_figures
 from budget_envs.eval.report.surfaces import group_surfaces, groups, label
 from budget_envs.eval.report.tables import (
@@ -45,15 +53,22 @@ def write_report(
     n_boot: int = 1000,
     seed: int = 0,
     figures: bool = True,
+    keep: float = DEFAULT_KEEP,
 ) -> ReportResult:
     """Write ``report.md``, CSV tables and PNG figures for ``records`` into ``out_dir``.
+
+    ``keep``: the share of Pass@1 at T_max whose smallest T the "What a turn buys" section
+    gives (:mod:`~budget_envs.eval.report.budget`; ``budget_curve.csv``).
 
     A folder that cannot take them (read-only, not a directory, a full disk) raises
     :class:`~budget_envs.errors.OutDirError`, one line naming it.
     """
+    keep = check_keep(keep)
     out = ensure_dir(out_dir, "write the report to")
     with folder_errors("write the report to", out):
-        return _write_report(records, out, title=title, n_boot=n_boot, seed=seed, figures=figures)
+        return _write_report(
+            records, out, title=title, n_boot=n_boot, seed=seed, figures=figures, keep=keep
+        )
 
 
 def _write_report(
@@ -64,6 +79,7 @@ def _write_report(
     n_boot: int,
     seed: int,
     figures: bool,
+    keep: float,
 ) -> ReportResult:
     surfaces = group_surfaces(records, n_boot=n_boot, seed=seed)
     tables: list[Path] = []
@@ -143,6 +159,12 @@ def _write_report(
             cells = [f"{s.mean[0, s.ts.index(t)]:.2f}" if t in s.ts else "n/a" for t in shown]
             md.append(f"| {s.label} | " + " | ".join(cells) + " |")
         md.append("")
+
+    # ---- what a turn buys
+    answers = budget_answers(surfaces, records, keep=keep, n_boot=n_boot, seed=seed)
+    if answers:
+        md += budget_markdown(answers, keep)
+        tables.append(write_dicts(out / "budget_curve.csv", budget_curve_rows(answers)))
 
     # ---- single-step accuracy
     acc_rows = []
@@ -229,6 +251,8 @@ def _write_report(
 
     if figures and surfaces:
         figs += surface_figures(surfaces, acc_rows, rec_rows, out)
+        curve = budget_figure(answers, out, "budget_curve")
+        figs += [curve] if curve is not None else []
         md += ["## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figs] + [""]
 
     text = "\n".join(md)
