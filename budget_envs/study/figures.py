@@ -83,17 +83,23 @@ def _curve(Figure: Any, points: list[CurvePoint]) -> Any:
 
 
 def _pass1(Figure: Any, fam: Family, vis: str, curves: list[tuple[str, Any]]) -> Any:
-    fig = Figure(figsize=(6.5, 4))
+    fig = Figure(figsize=(7.6, 4))
     ax = fig.subplots()
     for agent, s in curves:
         ax.plot(s.ts, s.mean[0], marker="." if vis != "hidden" else None, label=agent)
         ax.fill_between(s.ts, s.low[0], s.high[0], alpha=0.15)
     for t, name in ((fam.tight, "tight"), (fam.generous, "generous")):
         ax.axvline(t, color="grey", ls=":", lw=1)
-        ax.text(t, 1.01, name, fontsize=7, ha="center")
+        # Above the plot area (x in data, y in axes units): never under the legend or a curve.
+        ax.text(
+            t, 1.0, name, fontsize=7, ha="center", va="bottom", transform=ax.get_xaxis_transform()
+        )
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(xlabel="turn budget T", ylabel="Pass@1", ylim=(-0.02, 1.05))
-    ax.set_title(f"{fam.name}, budget {vis}: Pass@1 against T", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title(f"{fam.name}, budget {vis}: Pass@1 against T", fontsize=9, pad=12)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(alpha=0.3)
     return fig
 

@@ -92,7 +92,7 @@ class BudgetAnswer:
 
     def top_gains(self, n: int = 2) -> list[tuple[int, float]]:
         """The ``n`` largest positive per-turn gains, as (T, gain), largest first."""
-        order = sorted(range(len(self.ts)), key=lambda j: (-self.marginal[j], self.ts[j]))
+        order = sorted(range(len(self.ts)), key=lambda j: (-round(self.marginal[j], 9), self.ts[j]))
         return [(self.ts[j], self.marginal[j]) for j in order[:n] if self.marginal[j] > 0]
 
     def sentence(self) -> str:

@@ -15,7 +15,7 @@ from budget_envs._util import import_optional
 from budget_envs.eval.report.surfaces import GroupSurface
 from budget_envs.eval.report.tables import slug
 
-__all__ = ["figure_class", "save", "surface_figures"]
+__all__ = ["figure_class", "integer_ticks", "recovery_figure", "save", "surface_figures"]
 
 
 def figure_class() -> Any:
@@ -82,6 +82,7 @@ def surface_figures(
                 label=s.label,
             )[0]
             ax.fill_between(s.ts, s.low[0], s.high[0], alpha=0.2, step=step, color=line.get_color())
+        integer_ticks(ax.xaxis, sorted({t for s in group for t in s.ts}))
         paths.append(
             _save_curves(
                 fig, ax, "T (turn budget)", "Pass@(1,T)", env_id, out / f"{stem}_pass1_vs_T.png"
@@ -93,6 +94,7 @@ def surface_figures(
         for s in group:
             ax.plot(s.ks, s.mean[:, -1], "o-", label=f"{s.label} (T={s.ts[-1]})")
             ax.fill_between(s.ks, s.low[:, -1], s.high[:, -1], alpha=0.2)
+        integer_ticks(ax.xaxis, sorted({k for s in group for k in s.ks}))
         paths.append(
             _save_curves(
                 fig, ax, "K (samples)", "Pass@(K,T_max)", env_id, out / f"{stem}_passK_at_Tmax.png"
@@ -118,44 +120,77 @@ def surface_figures(
             paths.append(save(fig, out / f"{stem}_single_step.png"))
         rows = [r for r in rec_rows if r["env_id"] == env_id]
         if rows:
-            budgets = sorted({r["budget"] for r in rows})
-            fig = Figure(figsize=(4.2 * len(budgets), 3.8), layout="constrained")
-            axes = fig.subplots(1, len(budgets), squeeze=False)[0]
-            agents = sorted({r["agent"] for r in rows})
-            for ax, budget in zip(axes, budgets):
-                for i, agent in enumerate(agents):
-                    mine = sorted(
-                        (r for r in rows if r["agent"] == agent and r["budget"] == budget),
-                        key=lambda r: r["fault_turn"],
-                    )
-                    if not mine:
-                        continue
-                    color = f"C{i}"
-                    ax.plot(
-                        [r["fault_turn"] for r in mine],
-                        [r["success"] for r in mine],
-                        "o-",
-                        color=color,
-                        label=f"{agent}: fault at t",
-                    )
-                    if mine[0]["baseline_success"] is not None:
-                        ax.axhline(
-                            mine[0]["baseline_success"],
-                            color=color,
-                            ls=":",
-                            label=f"{agent}: no fault",
-                        )
-                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-                ax.set(
-                    xlabel="fault turn t",
-                    ylabel=f"success within T={budget}",
-                    ylim=(-0.02, 1.02),
-                    title=f"T = {budget}",
-                )
-            axes[-1].legend(fontsize=7)
-            fig.suptitle(f"{env_id}: recovery from one fault (dotted: no fault, same T)")
+            fig = recovery_figure(rows, env_id)
             paths.append(save(fig, out / f"{stem}_recovery.png"))
     return paths
+
+
+def integer_ticks(axis: Any, values: list[int], most: int = 12) -> None:
+    """Whole-number ticks on ``axis`` for the integer ``values`` it shows: each value when there
+    are at most ``most`` of them, else at most ``most`` whole numbers; the limits are padded by
+    half a step, so a single value still gets its own tick (never a run of float labels)."""
+    from matplotlib.ticker import FixedLocator, MaxNLocator
+
+    if not values:
+        return
+    lo, hi = min(values), max(values)
+    if len(values) <= most:
+        axis.set_major_locator(FixedLocator(values))
+    else:
+        axis.set_major_locator(MaxNLocator(nbins=most, integer=True))
+    axis.set_minor_locator(FixedLocator([]))
+    pad = 0.5 if hi - lo < 4 else 0.02 * (hi - lo) + 0.5
+    if axis.axis_name == "x":
+        axis.axes.set_xlim(lo - pad, hi + pad)
+    else:
+        axis.axes.set_ylim(lo - pad, hi + pad)
+
+
+def recovery_figure(rows: list[dict], env_id: str) -> Any:
+    """Success within T after one fault at turn t, per agent, with Wilson 95% intervals on
+    every point (n = the episodes of that fault turn), and each agent's no-fault success at
+    the same T as a dotted line; one panel per T."""
+    from budget_envs.eval.metrics import wilson_interval
+
+    Figure = figure_class()
+    budgets = sorted({r["budget"] for r in rows})
+    fig = Figure(figsize=(4.2 * len(budgets), 3.8), layout="constrained")
+    axes = fig.subplots(1, len(budgets), squeeze=False)[0]
+    agents = sorted({r["agent"] for r in rows})
+    for ax, budget in zip(axes, budgets):
+        here = [r for r in rows if r["budget"] == budget]
+        for i, agent in enumerate(agents):
+            mine = sorted((r for r in here if r["agent"] == agent), key=lambda r: r["fault_turn"])
+            if not mine:
+                continue
+            color = f"C{i}"
+            xs = [int(r["fault_turn"]) for r in mine]
+            ys = [float(r["success"]) for r in mine]
+            bounds = [
+                wilson_interval(round(float(r["success"]) * int(r["episodes"])), int(r["episodes"]))
+                for r in mine
+            ]
+            yerr = [
+                [max(0.0, y - lo) for y, (lo, _) in zip(ys, bounds)],
+                [max(0.0, hi - y) for y, (_, hi) in zip(ys, bounds)],
+            ]
+            ax.errorbar(
+                xs, ys, yerr=yerr, fmt="o-", color=color, capsize=3, label=f"{agent}: fault at t"
+            )
+            if mine[0]["baseline_success"] is not None:
+                ax.axhline(
+                    mine[0]["baseline_success"], color=color, ls=":", label=f"{agent}: no fault"
+                )
+        integer_ticks(ax.xaxis, sorted({int(r["fault_turn"]) for r in here}))
+        ax.set(
+            xlabel="fault turn t",
+            ylabel=f"success within T={budget}",
+            ylim=(-0.02, 1.02),
+            title=f"T = {budget}",
+        )
+    axes[-1].legend(fontsize=7)
+    fig.suptitle(f"{env_id}: recovery from one fault (dotted: no fault, same T; 95% Wilson)")
+    return fig
 
 
 def _save_curves(fig: Any, ax: Any, xlabel: str, ylabel: str, env_id: str, path: Path) -> Path:
