@@ -209,6 +209,12 @@ def test_a_dead_server_fails_the_preflight_in_one_line_with_exit_2(tmp_path, cap
     assert rc == 2 and len(err) == 1
     assert "no OpenAI-compatible server answers" in err[0] and url in err[0]
     assert not (tmp_path / "r").exists()
+    # A named agent: the line leads with the name the run gives it, not its spec.
+    spec = f"smart=chat:base_url={url},model=gpt-x"
+    rc = main(["eval", TOY_ID, "--agent", spec, "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "smart: no OpenAI-compatible server" in err[0], err
+    assert "chat:gpt-x" not in err[0]
 
 
 def test_the_preflight_names_a_missing_model_and_a_bad_key(fresh, monkeypatch):

@@ -36,16 +36,23 @@ def is_async_agent(agent: Any) -> bool:
 
 def preflight_agents(agents: Mapping[str, Any]) -> None:
     """Call every agent's ``preflight()`` (the chat agent: ``GET {base_url}/models``) before any
-    episode; a :class:`~budget_envs.errors.PreflightError` stops the run before it writes."""
+    episode; a :class:`~budget_envs.errors.PreflightError` stops the run before it writes, its
+    message led by the agent's name in the run (``NAME`` of ``--agent NAME=SPEC``)."""
+    from budget_envs.errors import PreflightError
     from budget_envs.eval.agents import make_agent
 
-    for spec in agents.values():
+    for name, spec in agents.items():
         agent = make_agent(spec) if isinstance(spec, str) else spec
         check = getattr(agent, "preflight", None)
         if not callable(check):
             continue
         try:
             check()
+        except PreflightError as exc:
+            text, own = str(exc), str(getattr(agent, "name", "") or "")
+            if own and text.startswith(f"{own}: "):
+                text = text[len(own) + 2 :]
+            raise PreflightError(f"{name}: {text}") from None
         finally:
             close = getattr(agent, "close", None)
             if callable(close):
