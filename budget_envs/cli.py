@@ -22,11 +22,11 @@ from budget_envs.commands.listing import cmd_list
 from budget_envs.commands.play import cmd_play
 from budget_envs.commands.prepare import cmd_prepare
 from budget_envs.commands.prepare import hook_parser as _hook_parser  # noqa: F401  (tests)
-from budget_envs.commands.report import cmd_compare, cmd_report
+from budget_envs.commands.report import KEEP_HELP, cmd_compare, cmd_report, keep_share
 from budget_envs.commands.serve import cmd_export_webshop, cmd_serve, cmd_serve_web
 from budget_envs.commands.serve import dispatch as _dispatch  # noqa: F401  (tests)
 from budget_envs.commands.study import cmd_study
-from budget_envs.commands.train import SFT_KWARGS_HELP, cmd_train
+from budget_envs.commands.train import REPORT_TO_HELP, SFT_KWARGS_HELP, cmd_train
 from budget_envs.errors import UsageError
 from budget_envs.hostcheck import add_host_policy_args
 
@@ -68,22 +68,6 @@ def _json_dict(text: str) -> dict[str, Any]:
         raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r} ({exc})") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
-    return value
-
-
-KEEP_HELP = (
-    "the share of Pass@1 at T_max whose smallest T the report's 'What a turn buys' section "
-    "gives, with an interval (default 0.95)"
-)
-
-
-def _keep_share(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value <= 1:  # nan fails too
-        raise argparse.ArgumentTypeError(f"expected a share in (0, 1], got {text!r}")
     return value
 
 
@@ -225,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--boot", type=int, default=1000, help="bootstrap resamples")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--no-figures", action="store_true")
-    r.add_argument("--keep", type=_keep_share, default=0.95, help=KEEP_HELP)
+    r.add_argument("--keep", type=keep_share, default=0.95, help=KEEP_HELP)
 
     c = sub.add_parser("compare", help="difference surface RUN_B - RUN_A")
     c.add_argument("run_a", metavar="RUN_A")
@@ -236,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--boot", type=int, default=1000)
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--no-figures", action="store_true")
-    c.add_argument("--keep", type=_keep_share, default=0.95, help=KEEP_HELP)
+    c.add_argument("--keep", type=keep_share, default=0.95, help=KEEP_HELP)
 
     pl = sub.add_parser("play", help="play an env in the terminal, budget shown")
     pl.add_argument("env_id", metavar="ENV_ID")
@@ -389,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="share of random turns while collecting warm-start states (default 0)",
     )
     t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.add_argument("--report-to", default="none", metavar="TOOLS", help=REPORT_TO_HELP)
 
     st = sub.add_parser(
         "study", help="train the budget arms, evaluate them on unseen tasks, write the report"

@@ -10,7 +10,23 @@ from typing import Any, TextIO
 from budget_envs.commands.common import print_few_tasks_warning
 from budget_envs.errors import OutDirError, UsageError
 
-__all__ = ["cmd_compare", "cmd_report"]
+__all__ = ["KEEP_HELP", "cmd_compare", "cmd_report", "keep_share"]
+
+KEEP_HELP = (
+    "the share of Pass@1 at T_max whose smallest T the report's 'What a turn buys' section "
+    "gives, with an interval (default 0.95)"
+)
+
+
+def keep_share(text: str) -> float:
+    """``--keep``'s type: a share in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:  # nan fails too
+        raise argparse.ArgumentTypeError(f"expected a share in (0, 1], got {text!r}")
+    return value
 
 
 def _records(command: str, run: str) -> list[dict[str, Any]]:

@@ -13,7 +13,13 @@ from typing import Any, TextIO
 from budget_envs.commands.common import StageBars, check_env_ids, missing_modules, pip_extra
 from budget_envs.errors import TooManyActions, UsageError
 
-__all__ = ["SFT_KWARGS_HELP", "cmd_train"]
+__all__ = ["REPORT_TO_HELP", "SFT_KWARGS_HELP", "cmd_train"]
+
+REPORT_TO_HELP = (
+    "also log every metrics.csv row to tensorboard (OUT/runs/), wandb (OUT/wandb/, offline "
+    "unless WANDB_MODE or WANDB_API_KEY says otherwise), both (tensorboard,wandb) or none "
+    "(default); the tracking extra"
+)
 
 #: ``--sft-kwargs``' help (the fields of :class:`budget_envs.integrations.lm.sft.SFTSettings`).
 SFT_KWARGS_HELP = (
@@ -66,7 +72,14 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
             parse_budget(budget)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"bad --budget {args.budget!r}: {exc}") from None
+    from budget_envs.integrations.tracking import check_report_to
+
+    try:
+        check_report_to(args.report_to)
+    except ValueError as exc:
+        raise UsageError(f"--report-to: {exc}") from None
     common = dict(
+        report_to=args.report_to,
         budget=budget,
         visibility=args.visibility,
         env_kwargs=args.env_kwargs or {},

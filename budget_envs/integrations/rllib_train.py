@@ -181,8 +181,12 @@ def train(
     warm_start_lr: float = 3e-3,
     progress: Callable[[int, int, dict[str, float]], None] | None = None,
     warm_start_progress: Callable[[str, int, int], None] | None = None,
+    report_to: str | list[str] | None = None,
 ) -> dict[str, Any]:
     """Train PPO on ``env_id`` for ``iterations`` iterations (in total, counting resumed ones).
+
+    ``report_to``: also log every ``metrics.csv`` row to TensorBoard and/or W&B
+    (:mod:`~budget_envs.integrations.tracking`).
 
     With ``warm_start_episodes > 0`` (50 by default) the policy is first fitted to the env's
     oracle on that many training episodes (:mod:`budget_envs.integrations.rllib_warmstart`:
@@ -298,6 +302,9 @@ def train(
         "settings": settings,
     }
     rows = read_metrics(out) if resume else []
+    from budget_envs.integrations.tracking import MetricsSink
+
+    sink = MetricsSink(out, report_to, config={"trainer": "rllib", **meta})
     import ray
 
     started = not ray.is_initialized()
@@ -386,6 +393,7 @@ def train(
                 row["wall_s"] = round(offset + time.perf_counter() - start, 1)
                 rows.append(row)
                 _write_rows(out / "metrics.csv", rows)
+                sink.log(row, it)
                 if it % checkpoint_every == 0 or it == iterations:
                     algo.save_to_path(str(ckpt.resolve()))
                     save_module(algo, out, meta, meta_path)
@@ -395,6 +403,7 @@ def train(
         finally:
             algo.stop()
     finally:
+        sink.close()
         _set_torch_threads(threads_before)
         if started:
             ray.shutdown()

@@ -284,9 +284,15 @@ class _Metrics:
 
     COLUMNS = ("step", "epoch", "loss", "learning_rate", "grad_norm", "wall_s")
 
-    def __init__(self, path: Path, progress: Callable[[dict[str, Any]], None] | None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        progress: Callable[[dict[str, Any]], None] | None,
+        sink: Any = None,
+    ) -> None:
         self.path = path
         self.progress = progress
+        self.sink = sink
         self.start = time.monotonic()
         self.rows: list[dict[str, Any]] = []
 
@@ -317,6 +323,8 @@ class _Metrics:
             writer = csv.DictWriter(fh, fieldnames=self.COLUMNS)
             writer.writeheader()
             writer.writerows(self.rows)
+        if self.sink is not None:
+            self.sink.log(row, step)
         if self.progress is not None:
             self.progress(row)
 
@@ -333,8 +341,12 @@ def train_sft(
     rows: Sequence[Mapping[str, Any]] | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    report_to: str | Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Fine-tune a language model on oracle demonstrations of ``env_id`` into ``out_dir``.
+
+    ``report_to``: also log every metrics row to TensorBoard and/or W&B
+    (:mod:`~budget_envs.integrations.tracking`).
 
     ``rows`` are demonstration rows (:func:`demonstrations`, or ``export-sft --format lm``'s
     file); without them ``settings.episodes`` are played here. Returns the folder, the row and
@@ -407,7 +419,10 @@ def train_sft(
         dataloader_num_workers=0,
         disable_tqdm=True,
     )
-    metrics = _Metrics(out / "metrics.csv", progress)
+    from budget_envs.integrations.tracking import MetricsSink
+
+    sink = MetricsSink(out, report_to, config={"trainer": "sft", "env_id": env_id, **asdict(s)})
+    metrics = _Metrics(out / "metrics.csv", progress, sink)
     trainer = SFTTrainer(
         model=model,
         args=config,
@@ -419,7 +434,10 @@ def train_sft(
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # library code prints nothing: metrics go to the CSV
-    result = trainer.train()
+    try:
+        result = trainer.train()
+    finally:
+        sink.close()
     trained = trainer.model
     if s.use_lora:
         trained = trained.merge_and_unload()

@@ -147,6 +147,7 @@ def train(
     tiny_hidden_size: int = 64,
     tiny_layers: int = 2,
     actions: str = "generate",
+    report_to: str | Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Train a policy on ``env_id``: warm start (tiny model), then GRPO via ``rollout_func``.
 
@@ -177,6 +178,8 @@ def train(
         actions: ``"score"``: every reply is an offered action drawn from the model's scores
             of them (:mod:`~budget_envs.integrations.trl.scoring`), in training and when the
             folder plays; ``"generate"``: replies are written token by token.
+        report_to: also log every ``metrics.csv`` row to TensorBoard and/or W&B
+            (:mod:`~budget_envs.integrations.tracking`).
 
     Returns:
         Metrics: ``wall_time`` (seconds), ``warm_start_loss`` (first, last), ``log_history``
@@ -309,13 +312,18 @@ def train(
     )
 
     rows_csv: list[dict[str, Any]] = []
+    from budget_envs.integrations.tracking import MetricsSink
+
+    sink = MetricsSink(out, report_to, config={"trainer": "trl", **settings})
 
     def counting_rollout(batch_prompts: list[Any], trainer: Any) -> dict[str, list]:
         result = rollout(batch_prompts, trainer)
         for word in result["stop_reason"]:
             stop_counts[word] = stop_counts.get(word, 0) + 1
-        rows_csv.append(_metrics_row(trainer.state.global_step + 1, result, start))
+        row = _metrics_row(trainer.state.global_step + 1, result, start)
+        rows_csv.append(row)
         _write_metrics(out / METRICS_FILE, rows_csv)
+        sink.log(row, row["step"])
         return result
 
     trainer = GRPOTrainer(
@@ -330,7 +338,10 @@ def train(
     # With disable_tqdm, transformers adds a callback that prints every log dict to stdout;
     # the logs go to `progress` and the log instead.
     trainer.remove_callback(PrinterCallback)
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        sink.close()
     return metrics(
         save_policy(trainer.model, tokenizer, out, settings), list(trainer.state.log_history)
     )
