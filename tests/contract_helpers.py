@@ -9,6 +9,21 @@ import numpy as np
 
 TOY_ID = "BudgetMixTest/Toy-v0"
 
+#: Small settings of each family for a quick episode (a family not named here gets none).
+QUICK_KWARGS = {
+    "ALFWorld": {"level": 1, "tasks_per_level": 2, "max_receptacles": 12},
+    "TextWorld": {"level": 1},
+    "WebShop": {"level": 1},
+    "ToolUse": {"level": 1},
+}
+
+
+def family_ids() -> list[tuple[str, str]]:
+    """(family, its first registered id) for every family of the registry."""
+    from budget_envs.registry import families
+
+    return [(name, rows[0].id) for name, rows in families().items()]
+
 
 def register_toy() -> None:
     """Register the toy env (tests only) under TOY_ID."""

@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from budget_envs.registry import families
+from contract_helpers import QUICK_KWARGS, family_ids
 
 import budget_envs  # noqa: F401
 from budget_envs.cli import main
@@ -23,14 +23,7 @@ from budget_envs.integrations.lm import models
 
 MODEL = "smollm2-135m"
 GREEDY = f"smol=lm:model={MODEL},temperature=0,max_tokens=16"
-#: Small settings of each family for a quick episode (a family not named here gets none).
-QUICK_KWARGS = {
-    "ALFWorld": {"level": 1, "tasks_per_level": 2, "max_receptacles": 12},
-    "TextWorld": {"level": 1},
-    "WebShop": {"level": 1},
-    "ToolUse": {"level": 1},
-}
-FAMILY_IDS = [(name, rows[0].id) for name, rows in families().items()]
+FAMILY_IDS = family_ids()  # every registered family is played
 
 
 @pytest.fixture(scope="module")

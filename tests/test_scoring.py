@@ -13,7 +13,7 @@ import json
 import gymnasium as gym
 import pytest
 import torch
-from budget_envs.registry import families
+from contract_helpers import QUICK_KWARGS, family_ids
 
 import budget_envs  # noqa: F401
 from budget_envs.cli import main
@@ -21,14 +21,7 @@ from budget_envs.integrations.tiny_model import build_tiny_model, build_tiny_tok
 from budget_envs.integrations.trl import BudgetMixRollout, task_prompt
 from budget_envs.integrations.trl.scoring import candidate_ids, choose, score_candidates
 
-#: Quick settings per family (every registered family is played; one not named gets none).
-QUICK_KWARGS = {
-    "ALFWorld": {"level": 1, "tasks_per_level": 2, "max_receptacles": 12},
-    "TextWorld": {"level": 1},
-    "WebShop": {"level": 1},
-    "ToolUse": {"level": 1},
-}
-FAMILY_IDS = [(name, rows[0].id) for name, rows in families().items()]
+FAMILY_IDS = family_ids()  # every registered family is played
 
 
 @pytest.fixture(scope="module", autouse=True)
