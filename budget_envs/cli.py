@@ -425,6 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     st.add_argument("--no-figures", action="store_true")
     st.add_argument("--quiet", action="store_true", help="no progress bars")
+    st.add_argument("--report-to", default="none", metavar="TOOLS", help=REPORT_TO_HELP)
 
     d = sub.add_parser(
         "demo",

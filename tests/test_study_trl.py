@@ -43,7 +43,7 @@ def toy(tmp_path_factory):
 
     spec = trl_quick_spec()
     out = tmp_path_factory.mktemp("trl_study")
-    policies = train_stage(spec, out)
+    policies = train_stage(spec, out, report_to="tensorboard")
     return spec, out, policies
 
 
@@ -84,6 +84,32 @@ def test_every_arm_resumes_the_base_under_its_budget(toy):
         weights = _weights(root / arm)
         assert weights.keys() == base.keys()
         assert all(weights[k].equal(base[k]) for k in base)
+
+
+def test_study_report_to_logs_every_trained_arm(toy):
+    """``budgetmix study --report-to tensorboard``: each GRPO arm's metrics rows in TensorBoard
+    (its own events, read back with TensorBoard's reader), the untrained base none."""
+    import csv
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    spec, out, _ = toy
+    (fam,) = spec.families
+    root = policy_root(out, fam, VIS, SEED)
+    for arm in spec.arms:
+        runs = root / arm / "runs"
+        if arm == "base":
+            assert not runs.exists()
+            continue
+        (run,) = list(runs.iterdir())
+        assert run.name == arm
+        acc = EventAccumulator(str(run))
+        acc.Reload()
+        with open(root / arm / "metrics.csv", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        got = [(e.step, e.value) for e in acc.Scalars("train/win_rate")]
+        assert got == [(int(r["step"]), pytest.approx(float(r["win_rate"]))) for r in rows]
+        assert len(got) == fam.iterations
 
 
 def test_a_rerun_trains_nothing_again(toy, monkeypatch):

@@ -48,6 +48,12 @@ def cmd_study(args: argparse.Namespace, out: TextIO) -> int:
             raise UsageError(f"the study trains with TRL (--trainer trl): {pip_extra('trl')}")
     elif not args.report_only and missing_modules("ray", "torch"):
         raise UsageError(f"the study trains with RLlib: {pip_extra('rllib')}")
+    from budget_envs.integrations.tracking import check_report_to
+
+    try:
+        check_report_to(args.report_to)
+    except ValueError as exc:
+        raise UsageError(f"--report-to: {exc}") from None
     bars = StageBars(enabled=not args.quiet)
     try:
         report = study.run_study(
@@ -61,6 +67,7 @@ def cmd_study(args: argparse.Namespace, out: TextIO) -> int:
             families=args.family,
             visibilities=args.visibility,
             seeds=args.seed,
+            report_to=args.report_to,
         )
     except (FileNotFoundError, ValueError) as exc:
         raise UsageError(str(exc)) from None

@@ -97,7 +97,8 @@ class MetricsSink:
         self.out = Path(out_dir)
         self._tb: Any = None
         self._wandb: Any = None
-        name = name or self.out.resolve().name
+        # A folder written whole through "<name>.tmp" (the study's policies) keeps its name.
+        name = name or self.out.resolve().name.removesuffix(".tmp")
         if "tensorboard" in self.tools:
             import_optional("tensorboard", extra="tracking", what="--report-to tensorboard")
             from torch.utils.tensorboard import SummaryWriter

@@ -33,6 +33,7 @@ def run_study(
     families: Sequence[str] | None = None,
     visibilities: Sequence[str] | None = None,
     seeds: Sequence[int] | None = None,
+    report_to: str | None = None,
 ) -> StudyReport:
     """Train, evaluate, compare and report (or, with ``report_only``, report from the records).
 
@@ -71,7 +72,7 @@ def run_study(
         )
     saved.write_text(text, encoding="utf-8")
     if not report_only:
-        train_stage(stage_spec, out, progress=progress, num_cpus=workers)
+        train_stage(stage_spec, out, progress=progress, num_cpus=workers, report_to=report_to)
         eval_stage(stage_spec, out, progress=progress, workers=workers)
     records = load_study_records(out)
     compare_stage(spec, out, records, figures=figures)

@@ -38,9 +38,13 @@ def _trained(policy_dir: Path, iterations: int) -> bool:
     return iterations == 0 or len(read_metrics(policy_dir)) >= iterations
 
 
-def _common(spec: StudySpec, fam: Family, vis: str, seed: int, num_cpus: int) -> dict[str, Any]:
-    """The ``train`` options every policy of (family, visibility, seed) shares."""
+def _common(
+    spec: StudySpec, fam: Family, vis: str, seed: int, num_cpus: int, report_to: str | None = None
+) -> dict[str, Any]:
+    """The ``train`` options every policy of (family, visibility, seed) shares (``report_to``:
+    training logs only, not part of the design)."""
     return dict(
+        report_to=report_to,
         visibility=vis,
         env_kwargs=fam.train_kwargs,
         seed=seed,
@@ -89,9 +93,15 @@ def _arm_done(spec: StudySpec, out: Path, fam: Family, vis: str, seed: int, arm:
 
 
 def train_stage(
-    spec: StudySpec, out: Path, *, progress: Progress | None = None, num_cpus: int = 2
+    spec: StudySpec,
+    out: Path,
+    *,
+    progress: Progress | None = None,
+    num_cpus: int = 2,
+    report_to: str | None = None,
 ) -> list[Path]:
-    """Train every (family, visibility, seed, arm) policy that is not finished yet.
+    """Train every (family, visibility, seed, arm) policy that is not finished yet
+    (``report_to``: also log each policy's metrics rows to TensorBoard and/or W&B).
 
     Every arm of one (family, visibility, seed) starts from the same checkpoint, the base: a
     warm start on oracle episodes only (no random turns), played at the generous T. ``base`` is
@@ -103,7 +113,7 @@ def train_stage(
     if spec.trainer == "trl":
         from budget_envs.study.trl_stage import train_stage_trl
 
-        return train_stage_trl(spec, out, progress=progress)
+        return train_stage_trl(spec, out, progress=progress, report_to=report_to)
     from budget_envs.integrations.rllib_train import start_local_ray, train
 
     jobs = _train_jobs(spec, out)
@@ -121,7 +131,7 @@ def train_stage(
     try:
         for fam, vis, seed in jobs:
             root = policy_root(out, fam, vis, seed)
-            common = _common(spec, fam, vis, seed, num_cpus)
+            common = _common(spec, fam, vis, seed, num_cpus, report_to)
             warm = warm_root(out, fam, vis, seed)
             if any(t[:3] == (fam, vis, seed) for t in todo) and not _trained(warm, 0):
                 if warm.exists():

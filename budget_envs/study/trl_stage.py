@@ -156,7 +156,13 @@ def _link_copy(src: Path, dst: Path) -> None:
     tmp.replace(dst)
 
 
-def train_stage_trl(spec: StudySpec, out: Path, *, progress: Progress | None = None) -> list[Path]:
+def train_stage_trl(
+    spec: StudySpec,
+    out: Path,
+    *,
+    progress: Progress | None = None,
+    report_to: str | None = None,
+) -> list[Path]:
     """Train every (family, visibility, seed, arm) TRL policy that is not finished yet.
 
     The jobs and folders are the RLlib stage's: (family, visibility, seed) whose records exist
@@ -197,6 +203,7 @@ def train_stage_trl(spec: StudySpec, out: Path, *, progress: Progress | None = N
         root = policy_root(out, fam, vis, seed)
         warm = warm_root(out, fam, vis, seed)
         options = trl_train_options(spec, fam, vis, seed)
+        options["report_to"] = report_to  # training logs only: not part of the design
         about = {"model": spec.model, "family": fam.name, "visibility": vis, "seed": seed}
         # what each folder's TRAIN_FILE says about how it was trained
         summaries = {
