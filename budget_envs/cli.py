@@ -22,11 +22,12 @@ from budget_envs.commands.listing import cmd_list
 from budget_envs.commands.play import cmd_play
 from budget_envs.commands.prepare import cmd_prepare
 from budget_envs.commands.prepare import hook_parser as _hook_parser  # noqa: F401  (tests)
-from budget_envs.commands.report import KEEP_HELP, cmd_compare, cmd_report, keep_share
+from budget_envs.commands.report import add_report_options, cmd_compare, cmd_report
 from budget_envs.commands.serve import cmd_export_webshop, cmd_serve, cmd_serve_web
 from budget_envs.commands.serve import dispatch as _dispatch  # noqa: F401  (tests)
 from budget_envs.commands.study import cmd_study
 from budget_envs.commands.train import REPORT_TO_HELP, SFT_KWARGS_HELP, cmd_train
+from budget_envs.commands.view import add_view_parser, cmd_view
 from budget_envs.errors import UsageError
 from budget_envs.hostcheck import add_host_policy_args
 
@@ -46,6 +47,7 @@ HANDLERS = {
     "train": cmd_train,
     "study": cmd_study,
     "export-sft": cmd_export_sft,
+    "view": cmd_view,
 }
 
 
@@ -206,21 +208,16 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="tables and figures of a run")
     r.add_argument("run", metavar="RUN")
     r.add_argument("--out", default=None, help="default RUN/report")
-    r.add_argument("--boot", type=int, default=1000, help="bootstrap resamples")
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--no-figures", action="store_true")
-    r.add_argument("--keep", type=keep_share, default=0.95, help=KEEP_HELP)
+    add_report_options(r)
 
+    add_view_parser(sub)
     c = sub.add_parser("compare", help="difference surface RUN_B - RUN_A")
     c.add_argument("run_a", metavar="RUN_A")
     c.add_argument("run_b", metavar="RUN_B")
     c.add_argument("--agent-a", default=None, help="agent of RUN_A (when it holds several)")
     c.add_argument("--agent-b", default=None, help="agent of RUN_B (when it holds several)")
     c.add_argument("--out", default=None, help="default RUN_B/compare")
-    c.add_argument("--boot", type=int, default=1000)
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--no-figures", action="store_true")
-    c.add_argument("--keep", type=keep_share, default=0.95, help=KEEP_HELP)
+    add_report_options(c)
 
     pl = sub.add_parser("play", help="play an env in the terminal, budget shown")
     pl.add_argument("env_id", metavar="ENV_ID")

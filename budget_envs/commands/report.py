@@ -10,12 +10,20 @@ from typing import Any, TextIO
 from budget_envs.commands.common import print_few_tasks_warning
 from budget_envs.errors import OutDirError, UsageError
 
-__all__ = ["KEEP_HELP", "cmd_compare", "cmd_report", "keep_share"]
+__all__ = ["KEEP_HELP", "add_report_options", "cmd_compare", "cmd_report", "keep_share"]
 
 KEEP_HELP = (
     "the share of Pass@1 at T_max whose smallest T the report's 'What a turn buys' section "
     "gives, with an interval (default 0.95)"
 )
+
+
+def add_report_options(parser: argparse.ArgumentParser) -> None:
+    """The options ``report`` and ``compare`` share: resamples, seed, figures, ``--keep``."""
+    parser.add_argument("--boot", type=int, default=1000, help="bootstrap resamples")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-figures", action="store_true")
+    parser.add_argument("--keep", type=keep_share, default=0.95, help=KEEP_HELP)
 
 
 def keep_share(text: str) -> float:

@@ -106,6 +106,9 @@ def _write_report(
         f"single-step probes, {sum(1 for r in records if r.get('record') == 'prefix')} prefix "
         f"probes, {len(errors)} errors.",
         "",
+        "Every episode, turn by turn: `budgetmix view RUN` writes the trajectory viewer, "
+        "[RUN/view/index.html](../view/index.html).",
+        "",
         "## Pass@(K,T)",
         "",
         "95% bootstrap intervals over tasks. Budget-hidden runs derive every T from one run at "
