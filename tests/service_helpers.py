@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -130,3 +131,25 @@ def serving(env_id: str, **kwargs):
 
 def sessions(url: str) -> dict:
     return requests.get(url + "/sessions", timeout=5).json()
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+def chromium_flags(tmp_path) -> list[str]:
+    """Headless Chromium (Debian's ``chromium``) with a fresh profile under ``tmp_path``: no
+    sandbox, GPU, network chatter or first-run pages."""
+    assert os.path.exists(CHROMIUM), "install chromium: apt-get install -y chromium"
+    profile = tempfile.mkdtemp(prefix="chromium-", dir=tmp_path)
+    return [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={profile}",
+    ]

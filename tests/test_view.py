@@ -6,42 +6,21 @@ episode open and reads the DOM Chromium rendered."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import requests
+from service_helpers import chromium_flags
 
 from budget_envs.cli import main
 from budget_envs.eval.view import PAGE, serve_view, write_view
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-
 
 def _chromium(url: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
-    assert os.path.exists(CHROMIUM), "install chromium: apt-get install -y chromium"
-    profile = tempfile.mkdtemp(prefix="chromium-", dir=tmp_path)
-    flags = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--enable-logging=stderr",
-        "--v=0",
-        "--virtual-time-budget=10000",
-        f"--user-data-dir={profile}",
-        *extra,
-        url,
-    ]
+    flags = chromium_flags(tmp_path)
+    flags += ["--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000", *extra, url]
     return subprocess.run(flags, capture_output=True, text=True, timeout=180)
 
 

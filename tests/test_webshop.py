@@ -8,10 +8,8 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import warnings
 import zlib
@@ -20,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import requests
+from service_helpers import chromium_flags
 
 import budget_envs  # noqa: F401  (registers the ids)
 from budget_envs.core import UNREACHABLE
@@ -36,7 +35,6 @@ from budget_envs.envs.webshop.shop import get_shop
 from budget_envs.envs.webshop.tasks import LEVELS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
 @pytest.fixture(scope="module")
@@ -786,25 +784,12 @@ def test_serve_web_cli_and_export(tmp_path):
 # ---------------------------------------------------------------------------- real browser
 def test_headless_chromium_shows_item_page(server, env, tmp_path):
     """Chromium (Debian package ``chromium``) renders an item page: product, options, buy."""
-    assert os.path.exists(CHROMIUM), "install chromium: apt-get install -y chromium"
     env.reset(options={"task_id": "L2-0000"})
     item = env._task.items[0]
     env.step(env.oracle_actions()[0])
     env.step(env.oracle_actions()[0])
     url = f"{env.base_url}/web/{env._sid}"
-    profile = tempfile.mkdtemp(prefix="chromium-", dir=tmp_path)
-    flags = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--disable-dev-shm-usage",
-        f"--user-data-dir={profile}",
-    ]
+    flags = chromium_flags(tmp_path)
     shot = tmp_path / "item.png"
     out = subprocess.run(
         flags + [f"--screenshot={shot}", "--window-size=1000,900", url],
