@@ -124,7 +124,16 @@ def test_trl_rows_reach_tensorboard_and_wandb(tmp_path, capsys):
     printed = capsys.readouterr()  # W&B prints nothing of its own
     assert "wandb" not in printed.out.lower() and "wandb:" not in printed.err.lower()
     _check(
-        out, "step", ["env_reward", "win_rate", "stop_budget_share", "budget", "tokens_per_episode"]
+        out,
+        "step",
+        [
+            "env_reward",
+            "win_rate",
+            "stop_budget_share",
+            "invalid_share",
+            "budget",
+            "tokens_per_episode",
+        ],
     )
 
 

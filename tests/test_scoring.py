@@ -95,11 +95,14 @@ def test_rollout_plays_only_offered_actions_and_trains_on_their_scores(tiny, fam
     for ep in episodes:
         assert ep.stop_reason in ("won", "lost", "budget"), ep.stop_reason
         obs, info = replay.reset(seed=ep.seed, options={"task_id": ep.task_id})
+        invalid = 0
         for action, reply in zip(ep.actions, ep.replies):
             assert action in info["candidate_actions"], action  # offered this turn
             assert reply == tok.encode(action, add_special_tokens=False) + [tok.eos_token_id]
             obs, _, term, trunc, info = replay.step(action)
+            invalid += int(bool(info.get("invalid_action")))
             played += 1
+        assert ep.invalid == invalid  # the metrics' invalid_share counts the env's answers
         # The logprobs of the agent's ids are the model's, as GRPO reads them.
         mask = ep.env_mask
         ctx = list(ep.prompt_ids)

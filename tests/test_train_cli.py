@@ -425,3 +425,4 @@ def test_trl_train_writes_a_metrics_csv_per_rollout_batch(trl_policy):
         assert abs(sum(shares) - 1.0) < 1e-9
         assert 0.0 <= float(row["win_rate"]) <= 1.0
         assert float(row["budget_mean"]) >= 1 and float(row["tokens_mean"]) > 0
+        assert 0.0 <= float(row["invalid_share"]) <= 1.0

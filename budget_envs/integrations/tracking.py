@@ -36,7 +36,7 @@ SCALAR_NAMES = {
     "return_mean": "env_reward",  # RLlib: mean episode return
     "win_rate": "win_rate",
     "stop_budget": "stop_budget_share",
-    "invalid_action_rate": "invalid_share",
+    "invalid_action_rate": "invalid_share",  # RLlib; TRL writes invalid_share itself
     "budget_mean": "budget",
     "budget_limit": "budget",
     "tokens_mean": "tokens_per_episode",

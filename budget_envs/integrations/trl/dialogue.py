@@ -88,6 +88,8 @@ class RolloutEpisode:
     task_id: str = ""
     seed: int = 0
     stop_reason: str = ""
+    #: Turns the env answered as invalid (``info["invalid_action"]``).
+    invalid: int = 0
     actions: list[str] = field(default_factory=list)
     #: The sampled ids of every reply, in order (``completion_ids`` is these plus env turns).
     replies: list[list[int]] = field(default_factory=list)

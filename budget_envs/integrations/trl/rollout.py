@@ -254,6 +254,7 @@ class BudgetMixRollout:
             "budget": [e.budget for e in episodes],
             "task_id": [e.task_id for e in episodes],
             "stop_reason": [e.stop_reason for e in episodes],
+            "invalid": [e.invalid for e in episodes],
         }
 
     def play(
@@ -407,6 +408,7 @@ class BudgetMixRollout:
                 st.ep.actions.append(action)
                 st.ep.reward += float(reward)
                 st.ep.turns += 1
+                st.ep.invalid += int(bool(info.get("invalid_action", False)))
                 if terminated or truncated:
                     st.over = True
                     st.ep.won = bool(info.get("won", False))

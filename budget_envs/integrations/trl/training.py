@@ -59,6 +59,7 @@ _METRIC_COLUMNS = (
     "reward",
     "win_rate",
     *(f"stop_{word}" for word in STOP_REASONS),
+    "invalid_share",
     "budget_mean",
     "turns_mean",
     "tokens_mean",
@@ -88,7 +89,8 @@ def _sft_settings(model: str) -> dict[str, Any] | None:
 
 def _metrics_row(step: int, result: dict[str, list], start: float) -> dict[str, Any]:
     """The metrics of one rollout batch: reward, win rate, the share of each stop reason, the
-    mean budget drawn, turns and episode tokens (prompt and completion)."""
+    share of turns the env answered as invalid, the mean budget drawn, turns and episode tokens
+    (prompt and completion)."""
     n = max(len(result["env_reward"]), 1)
     row: dict[str, Any] = {
         "step": int(step),
@@ -98,6 +100,9 @@ def _metrics_row(step: int, result: dict[str, list], start: float) -> dict[str, 
     }
     for word in STOP_REASONS:
         row[f"stop_{word}"] = sum(1 for s in result["stop_reason"] if s == word) / n
+    turns = sum(int(t) for t in result["turns"])
+    invalid = sum(int(x) for x in result.get("invalid") or [])
+    row["invalid_share"] = invalid / turns if turns else 0.0
     row["budget_mean"] = sum(int(b) for b in result["budget"]) / n
     row["turns_mean"] = sum(int(t) for t in result["turns"]) / n
     row["tokens_mean"] = (
