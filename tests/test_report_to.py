@@ -7,6 +7,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import threading
 
 import pytest
 
@@ -116,11 +118,16 @@ def _check(folder, step_key, shared):
 
 
 def test_trl_rows_reach_tensorboard_and_wandb(tmp_path, capsys):
+    import mcp  # noqa: F401  (an LLM library in the process: W&B would suggest Weave on stderr)
+
     out = tmp_path / "grpo"
     argv = ["train", "BudgetMix/ToolUse-v0", "--trainer", "trl", "--budget", "3"]
     argv += ["--env-kwargs", '{"level": 1}', "--iterations", "2", "--batch-size", "4"]
     argv += ["--trl-kwargs", '{"warm_start_steps": 2}', "--out", str(out), "--quiet"]
     assert main([*argv, "--report-to", "tensorboard,wandb"]) == 0
+    # W&B's service is stopped with the run: no thread, child process or variable left behind.
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("wandb")]
+    assert "WANDB_SERVICE" not in os.environ
     printed = capsys.readouterr()  # W&B prints nothing of its own
     assert "wandb" not in printed.out.lower() and "wandb:" not in printed.err.lower()
     _check(

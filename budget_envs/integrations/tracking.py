@@ -17,9 +17,10 @@ told to print nothing and not to capture the console.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,21 @@ def scalars(row: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+@contextlib.contextmanager
+def _quiet_wandb() -> Iterator[None]:
+    """W&B without its own terminal lines (banners, sync hints, the Weave suggestion it prints
+    when it sees an LLM library imported) while inside; a variable the user set is kept."""
+    wanted = {"WANDB_SILENT": "true", "WANDB_DISABLE_WEAVE": "true"}
+    added = [k for k in wanted if k not in os.environ]
+    for key in added:
+        os.environ[key] = wanted[key]
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
 class MetricsSink:
     """Logs metrics rows to the tools named by ``report_to`` (none: does nothing).
 
@@ -114,17 +130,18 @@ class MetricsSink:
                 "online" if os.environ.get("WANDB_API_KEY") else "offline"
             )
             self.out.mkdir(parents=True, exist_ok=True)
-            self._wandb = wandb.init(
-                project=os.environ.get("WANDB_PROJECT", "budget-envs"),
-                name=name,
-                dir=str(self.out),
-                mode=mode,
-                config=dict(config or {}),
-                reinit="create_new",
-                # Library code prints nothing and leaves the terminal alone: no banner, no
-                # capture of the process's console (the CLI owns its output).
-                settings=wandb.Settings(silent=True, console="off"),
-            )
+            with _quiet_wandb():
+                self._wandb = wandb.init(
+                    project=os.environ.get("WANDB_PROJECT", "budget-envs"),
+                    name=name,
+                    dir=str(self.out),
+                    mode=mode,
+                    config=dict(config or {}),
+                    reinit="create_new",
+                    # Library code prints nothing and leaves the terminal alone: no banner, no
+                    # capture of the process's console (the CLI owns its output).
+                    settings=wandb.Settings(silent=True, console="off"),
+                )
 
     def log(self, row: Mapping[str, Any], step: int) -> None:
         """Log one metrics row at ``step``."""
@@ -142,8 +159,16 @@ class MetricsSink:
             self._tb.close()
             self._tb = None
         if self._wandb is not None:
-            self._wandb.finish()
-            self._wandb = None
+            import wandb
+
+            with _quiet_wandb():
+                self._wandb.finish()
+                self._wandb = None
+                if wandb.run is None:
+                    # No other run of this process is live: stop W&B's service process and
+                    # threads (and its WANDB_SERVICE variable) instead of leaving them to the
+                    # process's end.
+                    wandb.teardown()
 
     def __enter__(self) -> MetricsSink:
         return self
