@@ -15,6 +15,16 @@ import pytest
 from budget_envs.cli import main
 from budget_envs.integrations.tracking import SCALAR_NAMES, check_report_to, scalars
 
+#: The scalar names every trainer's logs share where it has the quantity.
+SHARED = [
+    "env_reward",
+    "win_rate",
+    "stop_budget_share",
+    "invalid_share",
+    "budget",
+    "tokens_per_episode",
+]
+
 
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch, tmp_path):
@@ -130,18 +140,7 @@ def test_trl_rows_reach_tensorboard_and_wandb(tmp_path, capsys):
     assert "WANDB_SERVICE" not in os.environ
     printed = capsys.readouterr()  # W&B prints nothing of its own
     assert "wandb" not in printed.out.lower() and "wandb:" not in printed.err.lower()
-    _check(
-        out,
-        "step",
-        [
-            "env_reward",
-            "win_rate",
-            "stop_budget_share",
-            "invalid_share",
-            "budget",
-            "tokens_per_episode",
-        ],
-    )
+    _check(out, "step", SHARED)  # TRL's rows have every shared scalar
 
 
 def test_sft_rows_reach_tensorboard_and_wandb(tmp_path):
@@ -173,11 +172,4 @@ def test_report_to_is_checked_before_any_work(tmp_path, capsys):
     assert main([*argv, "--report-to", "mlflow"]) == 2
     assert "--report-to" in capsys.readouterr().err and not out.exists()
     # Every shared name comes from a column some trainer writes.
-    assert set(SCALAR_NAMES.values()) == {
-        "env_reward",
-        "win_rate",
-        "stop_budget_share",
-        "invalid_share",
-        "budget",
-        "tokens_per_episode",
-    }
+    assert set(SCALAR_NAMES.values()) == set(SHARED)
