@@ -50,7 +50,6 @@ class _DefaultBudget:
 
 #: ``budget=DEFAULT_BUDGET`` (the default) wraps the env in its row's default budget.
 DEFAULT_BUDGET = _DefaultBudget()
-_FAULT_KEYS = ("kinds", "at_turn", "rate", "max_faults", "seed")
 _ROWS: dict[str, EnvEntry] = {}
 
 
@@ -73,24 +72,10 @@ def _load_class(entry: EnvEntry) -> Callable[..., gym.Env]:
 
 
 def _fault_kwargs(faults: Any) -> dict[str, Any] | None:
-    if faults is None or faults is False:
-        return None
-    if isinstance(faults, str):
-        return {"kinds": faults}
-    if isinstance(faults, (list, tuple)):
-        return {"kinds": list(faults)}
-    if isinstance(faults, dict):
-        unknown = set(faults) - set(_FAULT_KEYS)
-        if unknown:
-            raise TypeError(
-                f"faults= got unknown keys {sorted(unknown)}; expected a dict with keys from "
-                f"{list(_FAULT_KEYS)} (ErrorInjection's arguments), a kind name or a list of kinds"
-            )
-        return dict(faults)
-    raise TypeError(
-        "faults= expects None, a kind name, a list of kinds or a dict of ErrorInjection "
-        f"arguments {list(_FAULT_KEYS)}; got {faults!r}"
-    )
+    from budget_envs.wrappers.fault_spec import parse_faults
+
+    spec = parse_faults(faults)
+    return None if spec is None else spec.kwargs()
 
 
 def make_env(

@@ -5,6 +5,7 @@
 * :class:`ProcessReward` - a per-turn progress signal from the oracle's cost-to-go.
 * Budget specs: :class:`Fixed`, :class:`Uniform`, :class:`Choice`, :class:`LogUniform`,
   :class:`Schedule` and :func:`parse_budget`.
+* Fault specs: :class:`FaultSpec` and :func:`parse_faults` (what ``faults=`` accepts).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from budget_envs.wrappers.budget_spec import (
     Uniform,
     parse_budget,
 )
+from budget_envs.wrappers.fault_spec import FAULT_KEYS, FaultSpec, parse_faults
 from budget_envs.wrappers.faults import GENERIC_KINDS, ErrorInjection
 from budget_envs.wrappers.process_reward import ProcessReward
 
@@ -27,6 +29,8 @@ __all__ = [
     "BudgetWrapper",
     "Choice",
     "ErrorInjection",
+    "FAULT_KEYS",
+    "FaultSpec",
     "Fixed",
     "GENERIC_KINDS",
     "LogUniform",
@@ -35,4 +39,5 @@ __all__ = [
     "Uniform",
     "VISIBILITIES",
     "parse_budget",
+    "parse_faults",
 ]

@@ -91,13 +91,21 @@ def parse_faults(text: str) -> Any:
     >>> parse_faults('{"kinds": ["slip"], "at_turn": 2}')
     {'kinds': ['slip'], 'at_turn': 2}
     """
+    from budget_envs.wrappers.fault_spec import parse_faults as fault_spec
+
     text = text.strip()
     if text[:1] in "{[":
         try:
-            return json.loads(text)
+            value = json.loads(text)
         except ValueError as exc:
             raise UsageError(f"bad --faults {text!r}: not JSON ({exc})") from None
-    return [kind.strip() for kind in text.split(",") if kind.strip()]
+    else:
+        value = [kind.strip() for kind in text.split(",") if kind.strip()]
+    try:
+        fault_spec(value)
+    except TypeError as exc:
+        raise UsageError(f"bad --faults {text!r}: {exc}") from None
+    return value
 
 
 def missing_modules(*names: str) -> list[str]:

@@ -42,7 +42,12 @@ from budget_envs.eval.prompts import (
     with_actions,
 )
 from budget_envs.integrations.lm.engine import BatchGenerator, Conversation, Request
-from budget_envs.integrations.trl.scoring import ACTION_MODES, candidate_ids, check_mode
+from budget_envs.integrations.trl.scoring import (
+    ACTION_MODES,
+    SCORING_MODES,
+    candidate_ids,
+    check_mode,
+)
 
 __all__ = [
     "LMAgent",
@@ -177,10 +182,11 @@ class LMAgent:
         check_visibility: refuse an evaluation whose budget visibility differs from the one a
             trained folder records (``budgetmix_policy.json``).
         name: the agent's name in records (default ``lm:<model>``).
-        actions: ``"generate"`` (write each reply) or ``"score"``: the reply is the offered
-            action (``info["candidate_actions"]``, the first ``max_actions``) drawn from the
-            model's scores of them at ``temperature`` (the highest at 0); a turn with nothing
-            offered is written. None: what a trained folder records, else ``"generate"``.
+        actions: ``"generate"`` (write each reply), ``"score"`` or ``"score-mean"``: the reply
+            is an offered action (every one in ``info["candidate_actions"]``, listed or not)
+            drawn from the model's scores of them (summed, or averaged per token) at
+            ``temperature`` (the highest at 0); a turn with nothing offered is written. None:
+            what a trained folder records, else ``"generate"``.
     """
 
     def __init__(
@@ -424,8 +430,8 @@ class LMEpisode:
             self.conv.drop_cache()
             return None
         candidates = None
-        offered = list(info.get("candidate_actions") or [])[: agent.max_actions]
-        if agent.actions == "score" and offered:
+        offered = list(info.get("candidate_actions") or [])
+        if agent.actions in SCORING_MODES and offered:
             room = agent.max_context - len(self.conv.ids)
             _, candidates = candidate_ids(agent._tok, offered, agent._end_id, room)
             if not candidates:
@@ -439,6 +445,7 @@ class LMEpisode:
             temperature=agent.temperature,
             top_p=agent.top_p,
             candidates=candidates,
+            scoring=agent.actions if candidates else "score",
         )
 
     def finish(self, reply: Any) -> str:

@@ -56,6 +56,8 @@ class Request:
     #: Score these replies (ids, each ending with the end-of-turn id) and take one, instead of
     #: writing a reply (see :mod:`budget_envs.integrations.trl.scoring`).
     candidates: list[list[int]] | None = None
+    #: How the candidates' scores are combined: ``"score"`` (summed) or ``"score-mean"``.
+    scoring: str = "score"
 
 
 @dataclass
@@ -142,7 +144,7 @@ class BatchGenerator:
 
         conv, cands = req.conversation, req.candidates or []
         scores = score_candidates(self.model, conv.ids, cands, kv=conv.kv, last_logits=logits)
-        return list(cands[choose(scores, req.temperature, gen)])
+        return list(cands[choose(scores, req.temperature, gen, req.scoring)])
 
     # ------------------------------------------------------------------ a turn
     def generate(self, requests: Sequence[Request]) -> list[Reply]:

@@ -21,6 +21,7 @@ from typing import Any
 from budget_envs.integrations.trl.base import _require, _seed
 from budget_envs.integrations.trl.dialogue import _Dialogue, _TokenEpisode, _user_text
 from budget_envs.integrations.trl.generation import HFTurnGenerator
+from budget_envs.integrations.trl.scoring import SCORING_MODES
 
 __all__ = ["POLICY_FILE", "PolicyAgent", "load_policy", "save_policy"]
 
@@ -155,7 +156,7 @@ class PolicyAgent:
         offered = list(info.get("candidate_actions") or [])
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(_seed(self.seed, self._episode_seed, self._turn))
-            if self.settings.get("actions") == "score" and offered:
+            if self.settings.get("actions") in SCORING_MODES and offered:
                 reply, logp = self._scored(context, offered, st.room())
             else:
                 cap = min(st.max_turn_tokens, st.room())
@@ -179,7 +180,8 @@ class PolicyAgent:
             return [], []
         scores = score_candidates(self._model, context, cands)
         temperature = self._model.generation_config.temperature
-        pick = choose(scores, 1.0 if temperature is None else float(temperature))
+        mode = str(self.settings.get("actions"))
+        pick = choose(scores, 1.0 if temperature is None else float(temperature), mode=mode)
         return cands[pick], scores[pick]
 
     def usage(self) -> dict[str, int]:

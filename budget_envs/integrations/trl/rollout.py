@@ -26,6 +26,7 @@ from budget_envs.integrations.trl.dialogue import (
 )
 from budget_envs.integrations.trl.generation import HFTurnGenerator, VLLMTurnGenerator
 from budget_envs.integrations.trl.scoring import (
+    SCORING_MODES,
     candidate_ids,
     check_mode,
     choose,
@@ -208,7 +209,7 @@ class BudgetMixRollout:
         sampler_seed = _seed(self.seed, rank, step, call, 1)
         eos_ids = list(trainer.eos_token_ids)
         if trainer.use_vllm:
-            if self.actions == "score":
+            if self.actions in SCORING_MODES:
                 raise ValueError("actions='score' needs the model in process, not vLLM")
             gen = VLLMTurnGenerator(trainer.vllm_generation, filler_id=eos_ids[0])
             return self._as_output(
@@ -433,7 +434,7 @@ class BudgetMixRollout:
         replies: list[list[int]] = [[] for _ in states]
         logps: list[list[float]] = [[] for _ in states]
         written = list(range(len(states)))
-        if self.actions == "score":
+        if self.actions in SCORING_MODES:
             written = []
             end = tokenizer.eos_token_id
             end = int(end if isinstance(end, int) else list(end)[0])
@@ -444,7 +445,7 @@ class BudgetMixRollout:
                 _, cands = candidate_ids(tokenizer, st.offered, end, st.room())
                 if cands:  # none fitting leaves an empty reply: the token limit ends it
                     scores = score_candidates(gen.model, st.context(), cands)
-                    pick = choose(scores, gen.temperature)
+                    pick = choose(scores, gen.temperature, mode=self.actions)
                     replies[j], logps[j] = cands[pick], scores[pick]
         if written:
             rooms = [states[j].room() for j in written]

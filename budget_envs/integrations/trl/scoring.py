@@ -1,9 +1,10 @@
 """Acting by scoring the offered actions: the reply is one of ``info["candidate_actions"]``.
 
 Instead of writing a reply token by token, the model scores every offered action as the reply
-of this turn (the sum of the log-probabilities of its tokens, the end-of-turn token included)
-and the action is drawn from the softmax of those scores at the sampling temperature (the
-highest at temperature 0). At temperature 1 that draw is the model's own distribution over
+of this turn (``"score"``: the sum of the log-probabilities of its tokens, the end-of-turn token
+included; ``"score-mean"``: their mean, which does not favour short replies) and the action is
+drawn from the softmax of those scores at the sampling temperature (the highest at
+temperature 0). At temperature 1 that draw is the model's own distribution over
 replies, restricted to the offered ones. A model too small to copy ids it has seen (or never
 fine-tuned to the format) still acts validly; what it must learn is which offered action is
 right. The chosen reply's tokens and their log-probabilities go into the transcript as a
@@ -20,10 +21,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["ACTION_MODES", "candidate_ids", "choose", "score_candidates"]
+__all__ = ["ACTION_MODES", "SCORING_MODES", "candidate_ids", "choose", "score_candidates"]
 
 #: How a policy turns a turn into an action: write a reply, or score the offered actions.
-ACTION_MODES = ("generate", "score")
+ACTION_MODES = ("generate", "score", "score-mean")
+#: The modes that choose among the offered actions; ``"score-mean"`` averages per token.
+SCORING_MODES = ("score", "score-mean")
 
 
 def check_mode(value: Any) -> str:
@@ -109,13 +112,21 @@ def score_candidates(
         return result
 
 
-def choose(scores: Sequence[Sequence[float]], temperature: float, generator: Any = None) -> int:
-    """The index of the chosen candidate: drawn from the softmax of the summed scores at
-    ``temperature`` (the highest, first on ties, at 0), from ``generator`` (torch's global
-    generator when None)."""
+def choose(
+    scores: Sequence[Sequence[float]],
+    temperature: float,
+    generator: Any = None,
+    mode: str = "score",
+) -> int:
+    """The index of the chosen candidate: drawn from the softmax of the summed (``mode``
+    ``"score-mean"``: averaged) scores at ``temperature`` (the highest, first on ties, at 0),
+    from ``generator`` (torch's global generator when None)."""
     import torch
 
-    totals = torch.tensor([sum(s) for s in scores], dtype=torch.float64)
+    mean = check_mode(mode) == "score-mean"
+    totals = torch.tensor(
+        [sum(s) / (len(s) if mean and s else 1) for s in scores], dtype=torch.float64
+    )
     if temperature <= 0 or len(totals) == 1:
         return int(torch.argmax(totals))
     probs = torch.softmax(totals / float(temperature), dim=0)
