@@ -9,12 +9,14 @@ Those modules are the only ones in the package that print or draw progress bars.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
+from budget_envs.commands.args import grid as _grid
+from budget_envs.commands.args import ints as _ints
+from budget_envs.commands.args import json_dict as _json_dict
 from budget_envs.commands.demo import cmd_demo
 from budget_envs.commands.eval import TRUST_POLICY_HELP, cmd_eval
 from budget_envs.commands.export_sft import EXPORT_FORMAT_HELP, cmd_export_sft
@@ -49,28 +51,6 @@ HANDLERS = {
     "export-sft": cmd_export_sft,
     "view": cmd_view,
 }
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.replace(" ", "").split(",") if v]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
-    if not values:
-        raise argparse.ArgumentTypeError(f"expected at least one integer, got {text!r}")
-    return values
-
-
-def _json_dict(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r} ({exc})") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
-    return value
 
 
 def _version() -> str:
@@ -124,7 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="N tasks of each env, spread over its levels (default 5; intervals need 10+)",
     )
     e.add_argument("--samples", type=int, default=4, help="episodes per task: n of Pass@(K,T)")
-    e.add_argument("--budgets", type=_ints, default=None, help="e.g. 5,10,20 (default: T_max)")
+    e.add_argument(
+        "--budgets",
+        type=_grid,
+        default=None,
+        help="the budgets played: 5,10,20, a range 4..12 or 4..12:4 (default: T_max)",
+    )
     e.add_argument(
         "--visibility",
         default="hidden",

@@ -280,3 +280,25 @@ def test_dispatchers_hand_every_argument_to_the_family(capsys):
 def test_bad_arguments_exit_with_usage():
     with pytest.raises(SystemExit):
         run(["eval", TOY_ID, "--out", "x", "--budgets", "a,b"])
+
+
+def test_eval_budgets_take_the_budget_grammar_as_a_grid(tmp_path):
+    argv = ["eval", TOY_ID, "--agent", "oracle", "--visibility", "remaining"]
+    argv += ["--tasks", "2", "--samples", "1", "--quiet"]
+    rc, text = run(argv + ["--out", str(tmp_path / "g"), "--budgets", "4..12:4"])
+    assert rc == 0, text
+    assert sorted({r["budget"] for r in load_records(tmp_path / "g")}) == [4, 8, 12]
+    rc, text = run(argv + ["--out", str(tmp_path / "r"), "--budgets", "5..7"])
+    assert rc == 0, text
+    assert sorted({r["budget"] for r in load_records(tmp_path / "r")}) == [5, 6, 7]
+
+
+@pytest.mark.parametrize("text", ["log:4..12", "x", "9..3"])
+def test_eval_refuses_budgets_that_are_not_a_grid(text, capsys):
+    with pytest.raises(SystemExit) as exc:
+        run(["eval", TOY_ID, "--agent", "oracle", "--budgets", text])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--budgets" in err
+    if text.startswith("log"):
+        assert "distribution drawn per episode" in err

@@ -18,6 +18,7 @@ from budget_envs.wrappers.budget_spec import (
     LogUniform,
     Schedule,
     Uniform,
+    budget_grid,
     parse_budget,
 )
 from budget_envs.wrappers.fault_spec import FAULT_KEYS, FaultSpec, parse_faults
@@ -38,6 +39,7 @@ __all__ = [
     "Schedule",
     "Uniform",
     "VISIBILITIES",
+    "budget_grid",
     "parse_budget",
     "parse_faults",
 ]

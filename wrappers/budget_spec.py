@@ -13,6 +13,7 @@
                             from episode 500 on, T = 20, and so on
 ``"10"``, ``"5..20"``,      the same as strings (CLI, JSON), plus
 ``"8,16,32"``, ``"log:4..64"``
+``"4..12:4"``               a choice of 4, 8 or 12 (B is always included)
 ==========================  ==================================================
 
 Every spec draws from the generator it is given (the wrapper's seeded one), knows its exact
@@ -53,6 +54,7 @@ __all__ = [
     "MAX_BUDGET",
     "Schedule",
     "Uniform",
+    "budget_grid",
     "budget_to_json",
     "parse_budget",
 ]
@@ -320,6 +322,14 @@ class Schedule(BudgetSpec):
 
 
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:\.\.|-)\s*(\d+)\s*$")
+_STEPPED = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+)\s*:\s*(\d+)\s*$")
+
+
+def _stepped(lo: int, hi: int, step: int, text: str) -> tuple[int, ...]:
+    if step < 1 or hi < lo:
+        raise ValueError(f"cannot read budget {text!r}: A..B:step needs A <= B and step >= 1")
+    values = tuple(range(lo, hi + 1, step))
+    return values if values[-1] == hi else values + (hi,)
 
 
 def _parse_string(text: str) -> BudgetSpec:
@@ -333,11 +343,39 @@ def _parse_string(text: str) -> BudgetSpec:
     m = _RANGE.match(body)
     if m:
         return Uniform(int(m.group(1)), int(m.group(2)))
+    m = _STEPPED.match(body)
+    if m:
+        values = _stepped(int(m.group(1)), int(m.group(2)), int(m.group(3)), text)
+        return Choice(values) if len(values) > 1 else Fixed(values[0])
     parts = [p.strip() for p in body.split(",")]
     if len(parts) > 1 and all(p.isdigit() for p in parts):
         return Choice(tuple(int(p) for p in parts))
     raise ValueError(
-        f"cannot read budget {text!r}; expected e.g. '10', '5..20', '8,16,32' or 'log:4..64'"
+        f"cannot read budget {text!r}; expected e.g. '10', '5..20', '4..12:4', '8,16,32' or "
+        "'log:4..64'"
+    )
+
+
+def budget_grid(spec: Any) -> list[int]:
+    """The budgets an evaluation plays, from the same text a drawn budget takes: ``10`` is
+    [10], ``5..8`` is [5, 6, 7, 8], ``4..12:4`` is [4, 8, 12] (B is always included),
+    ``8,16,32`` is those. A spec that is only a distribution (weighted, log-uniform, a
+    schedule) has no grid: a ValueError says so.
+
+    Example:
+        >>> budget_grid("4..12:4"), budget_grid("5..8"), budget_grid([8, 16]), budget_grid(10)
+        ([4, 8, 12], [5, 6, 7, 8], [8, 16], [10])
+    """
+    parsed = parse_budget(spec)
+    if isinstance(parsed, Fixed):
+        return [parsed.turns]
+    if isinstance(parsed, Uniform):
+        return list(range(parsed.low, parsed.high + 1))
+    if isinstance(parsed, Choice) and len(set(parsed.weights or ())) <= 1:
+        return sorted(set(parsed.values))
+    raise ValueError(
+        f"budget {parsed.to_json()!r} is a distribution drawn per episode (train, play, serve), "
+        "not a grid of budgets to evaluate; give values (8,16,32) or a range (4..12, 4..12:4)"
     )
 
 
