@@ -126,18 +126,14 @@ def pass_at_kt(first_success: Any, ks: Any, ts: Any) -> np.ndarray:
     """
     fs, ks_arr, ts_arr = _check(first_success, ks, ts)
     total = np.zeros((ks_arr.size, ts_arr.size), dtype=np.float64)
-    groups = _group_by_n(fs)
-    _check_k(ks_arr, groups)
-    for n, rows in groups.items():
-        sub = fs[rows]
-        counts = _success_counts(sub, ts_arr)  # (tasks_n, len(ts))
-        # hist[j, c] = tasks whose c_T equals c at ts[j]; then one small matmul per n.
-        hist = np.zeros((ts_arr.size, n + 1), dtype=np.float64)
-        flat = (np.arange(ts_arr.size)[None, :] * (n + 1) + counts).ravel()
-        hist += np.bincount(flat, minlength=ts_arr.size * (n + 1)).reshape(ts_arr.size, n + 1)
-        table = miss_ratio_table(n, int(ks_arr.max()))[:, ks_arr]  # (n+1, len(ks))
-        total += rows.size - (hist @ table).T
+    # The mean of the one per-task estimator, a block of tasks at a time (bounded memory).
+    for start in range(0, fs.shape[0], _BLOCK):
+        total += pass_at_kt_per_task(fs[start : start + _BLOCK], ks_arr, ts_arr).sum(axis=0)
     return total / fs.shape[0]
+
+
+#: Tasks per block when :func:`pass_at_kt` averages the per-task estimates.
+_BLOCK = 128
 
 
 def _check_k(ks: np.ndarray, groups: Mapping[int, np.ndarray]) -> None:
@@ -152,7 +148,11 @@ def _check_k(ks: np.ndarray, groups: Mapping[int, np.ndarray]) -> None:
 
 
 def pass_at_kt_per_task(first_success: Any, ks: Any, ts: Any) -> np.ndarray:
-    """Per-task Pass@(K,T), shape ``(tasks, len(ks), len(ts))`` (for bootstrap and paired tests)."""
+    """Per-task Pass@(K,T), shape ``(tasks, len(ks), len(ts))`` (for bootstrap and paired tests):
+    the one estimator; :func:`pass_at_kt` is its mean over tasks.
+
+    A task with n samples of which c succeed within T has Pass@(K,T) = 1 - C(n-c, K) / C(n, K).
+    """
     fs, ks_arr, ts_arr = _check(first_success, ks, ts)
     groups = _group_by_n(fs)
     _check_k(ks_arr, groups)
