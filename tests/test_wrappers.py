@@ -291,11 +291,17 @@ def test_rate_schedule_is_seeded_and_capped(rate, seed, max_faults):
 
 @pytest.mark.parametrize("faults", ["slip", ["slip", "drop"], {"kinds": "slip", "seed": 3}])
 def test_faults_by_kind_alone_fire_at_the_default_rate(faults):
-    """faults= given by kind without a trigger fires at DEFAULT_RATE, never silently nothing."""
-    from budget_envs.wrappers.faults import DEFAULT_RATE
+    """faults= given by kind without a trigger fires at the rate docs/faults.md states (read from
+    the page, not from the constant under test), never silently nothing."""
+    import re
+    from pathlib import Path
 
+    page = (Path(__file__).resolve().parents[1] / "docs" / "faults.md").read_text()
+    stated = re.search(r"fire at the default rate of ([0-9.]+) per turn", page)
+    assert stated, "docs/faults.md no longer states the default fault rate"
+    documented = float(stated.group(1))
     env = gym.make("BudgetMix/ToolUse-v0", faults=faults, budget=20, level=1)
-    assert env.get_wrapper_attr("rate") == DEFAULT_RATE
+    assert env.get_wrapper_attr("rate") == documented
     turns = fired = 0
     for episode in range(20):
         _, info = env.reset(seed=episode)
@@ -307,7 +313,7 @@ def test_faults_by_kind_alone_fire_at_the_default_rate(faults):
             turns += 1
         fired += len(info["faults"])
     assert fired > 0
-    assert stats.binomtest(fired, turns, DEFAULT_RATE).pvalue > 1e-3, (fired, turns)
+    assert stats.binomtest(fired, turns, documented).pvalue > 1e-3, (fired, turns)
 
 
 def test_explicit_zero_rate_without_turns_fires_nothing():
