@@ -297,7 +297,7 @@ def test_faults_by_kind_alone_fire_at_the_default_rate(faults):
     from pathlib import Path
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "faults.md").read_text()
-    stated = re.search(r"fire at the default rate of ([0-9.]+) per turn", page)
+    stated = re.search(r"fire\s+at\s+the\s+default\s+rate\s+of\s+([0-9.]+)\s+per\s+turn", page)
     assert stated, "docs/faults.md no longer states the default fault rate"
     documented = float(stated.group(1))
     env = gym.make("BudgetMix/ToolUse-v0", faults=faults, budget=20, level=1)
