@@ -428,3 +428,38 @@ def test_an_sft_folder_refuses_a_budget_it_was_not_trained_with(folder, tmp_path
     main([*argv, "--env-kwargs", '{"level": 1}', "--quiet"])
     rows = [json.loads(x) for x in (run / "records.jsonl").read_text().splitlines()]
     assert rows and all("was trained with visibility='hidden'" in (r["error"] or "") for r in rows)
+
+
+@pytest.mark.parametrize("mode", ["score", "score-mean"])
+def test_a_scoring_lm_agent_scores_every_offered_action_not_only_the_listed_ones(folder, mode):
+    """ToolUse level 1 offers up to 56 actions a turn and lists 40 (``max_actions``); the
+    oracle's action is often past the 40th, so a scoring agent chooses among all of them."""
+    import gymnasium as gym
+
+    from budget_envs.eval.prompts import MAX_SHOWN_ACTIONS
+    from budget_envs.integrations.lm.agent import LMAgent
+
+    env = gym.make("BudgetMix/ToolUse-v0", level=1, world_seed=1)
+    best = None
+    for seed in range(12):
+        obs, info = env.reset(seed=seed)
+        first = (obs, dict(info))
+        for _ in range(4):
+            if best is None or len(info["candidate_actions"]) > len(best[2]["candidate_actions"]):
+                best = (first, obs, dict(info))
+            actions = env.unwrapped.oracle_actions()
+            obs, _, term, trunc, info = env.step(actions[0])
+            if term or trunc:
+                break
+    env.close()
+    (obs0, info0), obs, info = best
+    offered = info["candidate_actions"]
+    assert len(set(offered)) > MAX_SHOWN_ACTIONS, len(offered)
+    agent = LMAgent(model=MODEL, actions=mode, temperature=0.0)
+    episode = agent.open_episode(
+        env_id="BudgetMix/ToolUse-v0", observation=obs0, info=info0, seed=0
+    )
+    episode.prepare(obs0, info0)
+    request = episode.prepare(obs, info)
+    assert request is not None and request.scoring == mode
+    assert len(request.candidates) == len(set(offered))

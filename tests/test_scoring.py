@@ -82,6 +82,23 @@ def test_choice_is_the_softmax_of_the_scores_and_greedy_at_zero():
     assert again == draws[:50]  # seeded
 
 
+def test_score_mean_averages_per_token_so_length_does_not_decide():
+    # A one-token reply at -1.0 against a three-token reply at -0.5 a token: summed, the short
+    # one wins (-1.0 > -1.5); averaged, the long one does (-0.5 > -1.0).
+    scores = [[-1.0], [-0.5, -0.5, -0.5], [-2.0, -0.1]]
+    assert choose(scores, 0.0) == 0
+    assert choose(scores, 0.0, mode="score-mean") == 1
+    draws = [
+        choose(scores, 1.0, torch.Generator().manual_seed(s), mode="score-mean")
+        for s in range(4000)
+    ]
+    probs = torch.softmax(torch.tensor([-1.0, -0.5, -1.05]), 0)
+    for i, p in enumerate(probs):
+        assert abs(draws.count(i) / len(draws) - float(p)) < 0.03
+    with pytest.raises(ValueError, match="actions must be one of"):
+        choose(scores, 0.0, mode="mean")
+
+
 @pytest.mark.parametrize(("family", "env_id"), FAMILY_IDS, ids=[f for f, _ in FAMILY_IDS])
 def test_rollout_plays_only_offered_actions_and_trains_on_their_scores(tiny, family, env_id):
     tok, model = tiny
