@@ -335,7 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rl.add_argument("--num-epochs", type=int, default=None, help="PPO epochs per batch (2)")
     rl.add_argument(
-        "--checkpoint-every", type=int, default=None, help="iterations between checkpoints (5)"
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        help="PPO iterations (rllib, default 5) or GRPO steps (trl, default 0: none) between "
+        "checkpoints",
     )
     rl.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray (2)")
     rl.add_argument(

@@ -304,9 +304,33 @@ def _check_trl_summary(proc, out, env_id, steps=2):
 @pytest.fixture(scope="module")
 def trl_policy(tmp_path_factory):
     out = tmp_path_factory.mktemp("trl") / "policy"
-    proc = _train_trl(ENV_ID, {"level": 1}, out)
+    proc = _train_trl(ENV_ID, {"level": 1}, out, "--checkpoint-every", "1")
     _check_trl_summary(proc, out, ENV_ID)
     return out
+
+
+def test_trl_checkpoints_every_step_play_as_policies(trl_policy, tmp_path):
+    from safetensors.torch import load_file
+
+    steps = sorted(p.name for p in (trl_policy / "checkpoints").iterdir())
+    assert steps == ["step-0001", "step-0002"]
+    meta = json.loads(
+        (trl_policy / "checkpoints" / "step-0001" / "budgetmix_policy.json").read_text()
+    )
+    assert meta["step"] == 1 and meta["env_id"] == ENV_ID
+    # The last checkpoint is the final policy.
+    final = load_file(str(trl_policy / "model.safetensors"))
+    last = load_file(str(trl_policy / "checkpoints" / "step-0002" / "model.safetensors"))
+    assert final and set(final) == set(last)
+    assert all(bool((final[k] == last[k]).all()) for k in final)
+    run = tmp_path / "run"
+    proc = _cli(
+        "eval", ENV_ID, "--agent", f"c1=policy:{trl_policy / 'checkpoints' / 'step-0001'}",
+        "--env-kwargs", '{"level": 1}', "--tasks", "1", "--samples", "1", "--budgets", "8",
+        "--out", str(run), "--quiet",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [r["agent"] for r in load_records(run)] == ["c1"]
 
 
 def test_trl_train_end_to_end_writes_a_policy_the_eval_plays(trl_policy, tmp_path):

@@ -36,7 +36,6 @@ _RLLIB_ONLY = (
     "hidden",
     "entropy_coeff",
     "num_epochs",
-    "checkpoint_every",
     "num_cpus",
     "num_env_runners",
     "num_envs_per_env_runner",
@@ -50,6 +49,7 @@ _SHARED = {
     "warm_start_episodes": ("warm_start_episodes", "warm_start_episodes"),
     "warm_start_lr": ("warm_start_lr", "warm_start_lr"),
     "process_reward": ("process_reward", "process_reward"),
+    "checkpoint_every": ("checkpoint_every", "checkpoint_every"),
 }
 #: Iterations when --iterations is not given: PPO iterations (rllib), GRPO steps (trl).
 DEFAULT_ITERATIONS = {"rllib": 50, "trl": 20, "sft": None}

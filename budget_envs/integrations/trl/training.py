@@ -53,6 +53,9 @@ def _corpus(rollout: BudgetMixRollout, task_ids: Sequence[str], limit: int = 16)
 
 #: One row per rollout batch of GRPO: what ``budgetmix train --trainer trl`` leaves to plot.
 METRICS_FILE = "metrics.csv"
+#: Where ``checkpoint_every`` saves the policy during GRPO (``step-NNNN`` folders).
+CHECKPOINTS_DIR = "checkpoints"
+
 _METRIC_COLUMNS = (
     "step",
     "episodes",
@@ -153,6 +156,7 @@ def train(
     tiny_layers: int = 2,
     actions: str = "generate",
     report_to: str | Sequence[str] | None = None,
+    checkpoint_every: int = 0,
 ) -> dict[str, Any]:
     """Train a policy on ``env_id``: warm start (tiny model), then GRPO via ``rollout_func``.
 
@@ -185,6 +189,9 @@ def train(
             folder plays; ``"generate"``: replies are written token by token.
         report_to: also log every ``metrics.csv`` row to TensorBoard and/or W&B
             (:mod:`~budget_envs.integrations.tracking`).
+        checkpoint_every: every this many GRPO steps, save the policy as it is then in
+            ``out_dir/checkpoints/step-NNNN`` (a folder that plays and evaluates as the final
+            one; 0: none).
 
     Returns:
         Metrics: ``wall_time`` (seconds), ``warm_start_loss`` (first, last), ``log_history``
@@ -193,6 +200,9 @@ def train(
     """
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
         raise ValueError(f"iterations must be an int >= 0, got {iterations!r}")
+    every = checkpoint_every
+    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+        raise ValueError(f"checkpoint_every must be an int >= 0, got {every!r}")
     _require()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
@@ -280,6 +290,11 @@ def train(
             logger.info("GRPO step %d: %s", state.global_step, logs)
             if progress is not None:
                 progress({"step": state.global_step, **logs})
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: D102
+            if every and state.global_step % every == 0 and model is not None:
+                where = out / CHECKPOINTS_DIR / f"step-{state.global_step:04d}"
+                save_policy(model, tokenizer, where, {**settings, "step": state.global_step})
 
     stop_counts: dict[str, int] = {}
 
