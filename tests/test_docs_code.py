@@ -21,6 +21,14 @@ one per line:
 ``<!-- docs-test: serve: budgetmix COMMAND --port N -->``
     the test runs ``budgetmix COMMAND`` on a free port while the block runs and points the
     block's ``127.0.0.1:N`` at it.
+``<!-- docs-test: no-compare: REASON -->``
+    the block's result comments are not compared (see below); the reason is required.
+
+A block's stated results are checked too: a line that is one expression followed by a comment
+holding a Python literal (``info["budget"]  # {'limit': 11, ...}``) fails unless the expression's
+value has that ``repr`` or equals the literal, and ``print(x)  # LITERAL`` fails unless
+``str(x)`` is the comment's text or ``x`` equals the literal. Comments that are prose (not a
+Python literal) are left alone.
 """
 
 from __future__ import annotations
@@ -56,7 +64,7 @@ _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<ticks>`{3,})[ \t]*(?P<info>[^`\s]*)
 _MARKER = re.compile(r"^[ \t]*<!--\s*docs-test:\s*(?P<body>.*?)\s*-->[ \t]*$")
 _ANY_MARKER = re.compile(r"docs-test\s*:")
 _PYTHON = {"python", "py", "python3"}
-_KINDS = ("skip", "slow", "continue", "serve")
+_KINDS = ("skip", "slow", "continue", "serve", "no-compare")
 
 
 @dataclass
@@ -154,7 +162,7 @@ def _check_markers(block: Block) -> list[str]:
         kind, arg = kind.strip(), arg.strip()
         if kind not in _KINDS:
             problems.append(f"{block.id}: unknown docs-test marker {body!r} (one of {_KINDS})")
-        elif kind in ("skip", "serve") and not arg:
+        elif kind in ("skip", "serve", "no-compare") and not arg:
             problems.append(f"{block.id}: `docs-test: {kind}:` needs its argument: {body!r}")
         elif kind in ("slow", "continue") and colon:
             problems.append(f"{block.id}: `docs-test: {kind}` takes no argument: {body!r}")
@@ -202,18 +210,93 @@ def _collect() -> tuple[list[Block], list[Chain], list[str], set[tuple[str, str]
 BLOCKS, CHAINS, PROBLEMS, MATCHED_PENDING = _collect()
 
 
+def _stated(line: str) -> tuple[str, str, str] | None:
+    """``(indent, expression, stated text)`` of a line ``EXPR  # LITERAL`` (or ``print(x)  #
+    TEXT``, with the expression ``print(x)``), else None."""
+    import ast
+
+    code, sep, comment = line.partition("  # ")
+    if not sep or not code.strip() or code.lstrip().startswith("#"):
+        return None
+    indent = code[: len(code) - len(code.lstrip())]
+    try:
+        tree = ast.parse(code.strip())
+    except SyntaxError:
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Expr):
+        return None
+    call = tree.body[0].value
+    is_print = (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id == "print"
+        and len(call.args) == 1
+        and not call.keywords
+    )
+    try:
+        ast.literal_eval(comment.strip())
+    except (ValueError, SyntaxError):
+        return None  # prose, not a stated result
+    if is_print or not isinstance(call, ast.Call) or getattr(call.func, "id", None) != "print":
+        return indent, code.strip(), comment.strip()
+    return None  # print() of several values: not compared
+
+
+def _checked(block: Block) -> list[str]:
+    """The block's lines, each stated result rewritten to a check of it."""
+    if "no-compare" in block.kinds():
+        return list(block.code)
+    out = []
+    for offset, line in enumerate(block.code):
+        stated = _stated(line)
+        if stated is None:
+            out.append(line)
+            continue
+        indent, expr, text = stated
+        where = block.line + 1 + offset
+        if expr.startswith("print("):
+            inner = expr[len("print(") : -1]
+            out.append(f"{indent}print(__docs_said_str(({inner}), {text!r}, {where}))")
+        else:
+            out.append(f"{indent}__docs_said(({expr}), {text!r}, {where})")
+    return out
+
+
 def _script(chain: Chain, root: Path) -> str:
-    """The chain's code at its page's line numbers (blank lines elsewhere)."""
+    """The chain's code at its page's line numbers (blank lines elsewhere), each stated result
+    a check."""
     page_lines = (root / chain.blocks[0].page).read_text(encoding="utf-8").count("\n") + 1
     out = [""] * page_lines
     for block in chain.blocks:
-        out[block.line : block.line + len(block.code)] = block.code
+        out[block.line : block.line + len(block.code)] = _checked(block)
     return "\n".join(out) + "\n"
 
 
 # Runs the script in this interpreter's __main__ (so pickling by reference works as in a script);
 # a top-level await makes the code a coroutine, which asyncio runs.
 _RUNNER = """\
+def __docs_said(value, text, line):
+    import ast
+    try:
+        same = value == ast.literal_eval(text)
+    except Exception:
+        same = False
+    if repr(value) != text and not same:
+        raise AssertionError(f"page line {line}: the page says {text}, the code gives {value!r}")
+    return value
+
+
+def __docs_said_str(value, text, line):
+    import ast
+    try:
+        same = value == ast.literal_eval(text)
+    except Exception:
+        same = False
+    if str(value) != text and not same:
+        raise AssertionError(f"page line {line}: the page says {text}, the code prints {value}")
+    return value
+
+
 def _run(path, filename):
     import ast, asyncio, inspect
     with open(path, encoding="utf-8") as fh:
@@ -325,6 +408,46 @@ def test_a_block_that_raises_fails_its_test(tmp_path: Path):
         _run(Chain(blocks), tmp_path, root=tmp_path)
     assert 'page.md", line 7' in str(failed.value), failed.value
     assert "ZeroDivisionError" in str(failed.value), failed.value
+
+
+@pytest.mark.parametrize(
+    "wrong, right, error",
+    [
+        ("1 + 1  # 3", "1 + 1  # 2", "the page says 3, the code gives 2"),
+        ("print([1, 2])  # [1, 3]", "print([1, 2])  # [1, 2]", "the code prints [1, 2]"),
+        ("{'a': 0.5}['a']  # 0.25", "{'a': 0.5}['a']  # 0.5", "the code gives 0.5"),
+    ],
+)
+def test_a_stated_result_is_compared_with_what_the_code_gives(tmp_path: Path, wrong, right, error):
+    for n, (line, fails) in enumerate([(wrong, True), (right, False)]):
+        root = tmp_path / str(n)
+        root.mkdir()
+        page = "\n".join(["# A page", "```python", "x = 1  # prose is left alone", line, "```"])
+        (root / "page.md").write_text(page, encoding="utf-8")
+        blocks, problems = _blocks("page.md", page)
+        assert not problems
+        if fails:
+            with pytest.raises(pytest.fail.Exception) as failed:
+                _run(Chain(blocks), root, root=root)
+            assert error in str(failed.value) and "page line 4" in str(failed.value)
+        else:
+            _run(Chain(blocks), root, root=root)
+
+
+def test_no_compare_turns_the_check_off(tmp_path: Path):
+    page = "\n".join(
+        [
+            "# A page",
+            "<!-- docs-test: no-compare: illustrative -->",
+            "```python",
+            "1 + 1  # 3",
+            "```",
+        ]
+    )
+    (tmp_path / "page.md").write_text(page, encoding="utf-8")
+    blocks, problems = _blocks("page.md", page)
+    assert not problems and not _check_markers(blocks[0])
+    _run(Chain(blocks), tmp_path, root=tmp_path)
 
 
 def test_markers_are_well_formed():
