@@ -22,7 +22,7 @@ from budget_envs.eval.report.budget import (
     check_keep,
 )
 from budget_envs.eval.report.figures import surface_figures
-from budget_envs.eval.report.surfaces import group_surfaces, groups, label
+from budget_envs.eval.report.surfaces import GroupSurface, group_surfaces, groups, label
 from budget_envs.eval.report.tables import (
     fmt,
     grid_cells,
@@ -81,12 +81,49 @@ def _write_report(
     figures: bool,
     keep: float,
 ) -> ReportResult:
+    """:func:`write_report` into a folder that exists: every section, table and figure."""
     surfaces = group_surfaces(records, n_boot=n_boot, seed=seed)
-    tables: list[Path] = []
+    tables: list[Path] = [_surface_csv(surfaces, out)]
     figs: list[Path] = []
+    errors = [r for r in records if r.get("error")]
     md: list[str] = [f"# {title}", ""]
+    md += _summary_section(records, surfaces, errors, out, tables)
+    md += _by_budget_section(surfaces)
 
-    # ---- Pass@(K,T) surface, long CSV
+    # ---- what a turn buys
+    answers = budget_answers(surfaces, records, keep=keep, n_boot=n_boot, seed=seed)
+    if answers:
+        md += budget_markdown(answers, keep)
+        tables.append(write_dicts(out / "budget_curve.csv", budget_curve_rows(answers)))
+
+    acc_md, acc_rows = _single_step_section(records, out, tables)
+    rec_md, rec_rows = _recovery_section(records, out, tables)
+    md += acc_md + rec_md
+
+    cell_md, cell_rows = recovery_by_cell_markdown(records)
+    if cell_rows:
+        md += cell_md
+        tables.append(write_dicts(out / "recovery_by_cell.csv", cell_rows))
+    prefix_md, prefix_rows = prefix_markdown(records)
+    if prefix_rows:
+        md += prefix_md
+        tables.append(write_dicts(out / "prefix_recovery.csv", prefix_rows))
+    md += _errors_section(errors)
+
+    if figures and surfaces:
+        figs += surface_figures(surfaces, acc_rows, rec_rows, out)
+        curve = budget_figure(answers, out, "budget_curve")
+        figs += [curve] if curve is not None else []
+        md += ["## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figs] + [""]
+
+    text = "\n".join(md)
+    md_path = out / "report.md"
+    md_path.write_text(text, encoding="utf-8")
+    return ReportResult(out_dir=out, markdown=md_path, tables=tables, figures=figs, text=text)
+
+
+def _surface_csv(surfaces: list[GroupSurface], out: Path) -> Path:
+    """The Pass@(K,T) surfaces as one long CSV, ``pass_at_kt.csv``."""
     path = out / "pass_at_kt.csv"
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
@@ -96,12 +133,19 @@ def _write_report(
                 w.writerow(
                     [s.env_id, s.agent, s.visibility, k, t, mean, low, high, len(s.task_ids)]
                 )
-    tables.append(path)
+    return path
 
-    # ---- summary
+
+def _summary_section(
+    records: Sequence[dict[str, Any]],
+    surfaces: list[GroupSurface],
+    errors: list[dict[str, Any]],
+    out: Path,
+    tables: list[Path],
+) -> list[str]:
+    """The record counts and the Pass@(K,T) summary table (``summary.csv`` joins ``tables``)."""
     episodes = [r for r in records if r.get("record", "episode") == "episode"]
-    errors = [r for r in records if r.get("error")]
-    md += [
+    md = [
         f"{len(episodes)} episodes, {sum(1 for r in records if r.get('record') == 'probe')} "
         f"single-step probes, {sum(1 for r in records if r.get('record') == 'prefix')} prefix "
         f"probes, {len(errors)} errors.",
@@ -145,9 +189,12 @@ def _write_report(
         for note in s.notes:
             md.append(f"|  | note: {note} | | | | | | |")
     tables.append(write_dicts(out / "summary.csv", summary_rows))
+    return md
 
-    # ---- Pass@(1,T) at a few budgets
-    md += ["", "### Pass@(1,T) by budget", ""]
+
+def _by_budget_section(surfaces: list[GroupSurface]) -> list[str]:
+    """Pass@(1,T) of every agent at a few budgets, one table per env."""
+    md = ["", "### Pass@(1,T) by budget", ""]
     for env_id in sorted({s.env_id for s in surfaces}):
         group = [s for s in surfaces if s.env_id == env_id]
         ts = sorted(set().union(*[set(s.ts) for s in group]))
@@ -162,40 +209,45 @@ def _write_report(
             cells = [f"{s.mean[0, s.ts.index(t)]:.2f}" if t in s.ts else "n/a" for t in shown]
             md.append(f"| {s.label} | " + " | ".join(cells) + " |")
         md.append("")
+    return md
 
-    # ---- what a turn buys
-    answers = budget_answers(surfaces, records, keep=keep, n_boot=n_boot, seed=seed)
-    if answers:
-        md += budget_markdown(answers, keep)
-        tables.append(write_dicts(out / "budget_curve.csv", budget_curve_rows(answers)))
 
-    # ---- single-step accuracy
+def _single_step_section(
+    records: Sequence[dict[str, Any]], out: Path, tables: list[Path]
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """The single-step accuracy section and its rows (``single_step.csv`` joins ``tables``)."""
     acc_rows = []
     for (env_id, agent, vis), recs in sorted(groups(records, kind=None).items()):
         acc = single_step_accuracy(recs)
         if acc["on_policy"] is None and acc["prefix"] is None:
             continue
         acc_rows.append({"env_id": env_id, "agent": label(agent, vis), "visibility": vis, **acc})
-    if acc_rows:
-        md += [
-            "## Single-step accuracy",
-            "",
-            "Share of turns whose action is an oracle action: on the agent's own trajectories "
-            "(on-policy) and from oracle-prefix states (the oracle plays t turns, the agent "
-            "picks one action); progress = the action lowered the oracle cost-to-go.",
-            "",
-            "| env | agent | on-policy | turns | oracle-prefix | states | prefix progress |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for r in acc_rows:
-            md.append(
-                f"| {r['env_id']} | {r['agent']} | {fmt(r['on_policy'])} | {r['on_policy_turns']} | "
-                f"{fmt(r['prefix'])} | {r['prefix_states']} | {fmt(r['prefix_progress'])} |"
-            )
-        tables.append(write_dicts(out / "single_step.csv", acc_rows))
-        md.append("")
+    if not acc_rows:
+        return [], acc_rows
+    md = [
+        "## Single-step accuracy",
+        "",
+        "Share of turns whose action is an oracle action: on the agent's own trajectories "
+        "(on-policy) and from oracle-prefix states (the oracle plays t turns, the agent "
+        "picks one action); progress = the action lowered the oracle cost-to-go.",
+        "",
+        "| env | agent | on-policy | turns | oracle-prefix | states | prefix progress |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in acc_rows:
+        md.append(
+            f"| {r['env_id']} | {r['agent']} | {fmt(r['on_policy'])} | {r['on_policy_turns']} | "
+            f"{fmt(r['prefix'])} | {r['prefix_states']} | {fmt(r['prefix_progress'])} |"
+        )
+    tables.append(write_dicts(out / "single_step.csv", acc_rows))
+    md.append("")
+    return md, acc_rows
 
-    # ---- recovery
+
+def _recovery_section(
+    records: Sequence[dict[str, Any]], out: Path, tables: list[Path]
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """The recovery section and its rows (``recovery.csv`` joins ``tables``)."""
     rec_rows = []
     for (env_id, agent, vis), recs in sorted(groups(records).items()):
         fault_budgets = [int(r["budget"]) for r in recs if r.get("fault_turn") is not None]
@@ -210,55 +262,42 @@ def _write_report(
             rec_rows.append(
                 {"env_id": env_id, "agent": label(agent, vis), "visibility": vis, **asdict(row)}
             )
-    if rec_rows:
-        md += [
-            "## Recovery",
-            "",
-            "Success within the budget after one fault at turn t, against no fault at the same "
-            "T; damage = oracle cost-to-go the fault added; extra turns = first-success turn "
-            "with the fault minus without it (tasks solved both ways).",
-            "",
-            "| env | agent | fault turn | T | episodes | fired | success | no-fault success | damage | extra turns | unrecoverable |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for r in rec_rows:
-            md.append(
-                f"| {r['env_id']} | {r['agent']} | {r['fault_turn']} | {r['budget']} | {r['episodes']} | "
-                f"{r['fired']:.2f} | {r['success']:.3f} | {fmt(r['baseline_success'])} | "
-                f"{fmt(r['damage'], 2)} | {fmt(r['extra_turns'], 2)} | {r['unrecoverable']} |"
-            )
-        tables.append(write_dicts(out / "recovery.csv", rec_rows))
-        md.append("")
+    if not rec_rows:
+        return [], rec_rows
+    md = [
+        "## Recovery",
+        "",
+        "Success within the budget after one fault at turn t, against no fault at the same "
+        "T; damage = oracle cost-to-go the fault added; extra turns = first-success turn "
+        "with the fault minus without it (tasks solved both ways).",
+        "",
+        "| env | agent | fault turn | T | episodes | fired | success | no-fault success | damage | extra turns | unrecoverable |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rec_rows:
+        md.append(
+            f"| {r['env_id']} | {r['agent']} | {r['fault_turn']} | {r['budget']} | {r['episodes']} | "
+            f"{r['fired']:.2f} | {r['success']:.3f} | {fmt(r['baseline_success'])} | "
+            f"{fmt(r['damage'], 2)} | {fmt(r['extra_turns'], 2)} | {r['unrecoverable']} |"
+        )
+    tables.append(write_dicts(out / "recovery.csv", rec_rows))
+    md.append("")
+    return md, rec_rows
 
-    cell_md, cell_rows = recovery_by_cell_markdown(records)
-    if cell_rows:
-        md += cell_md
-        tables.append(write_dicts(out / "recovery_by_cell.csv", cell_rows))
-    prefix_md, prefix_rows = prefix_markdown(records)
-    if prefix_rows:
-        md += prefix_md
-        tables.append(write_dicts(out / "prefix_recovery.csv", prefix_rows))
 
-    if errors:
-        md += [
-            "## Errors",
-            "",
-            "Episodes that ended in an agent or endpoint error (not counted as failures):",
-            "",
-        ]
-        for r in errors[:20]:
-            md.append(
-                f"- {r['env_id']} {r['agent']} {r['task_id']} sample {r.get('sample', '-')}: {r['error'][:200]}"
-            )
-        md.append("")
-
-    if figures and surfaces:
-        figs += surface_figures(surfaces, acc_rows, rec_rows, out)
-        curve = budget_figure(answers, out, "budget_curve")
-        figs += [curve] if curve is not None else []
-        md += ["## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figs] + [""]
-
-    text = "\n".join(md)
-    md_path = out / "report.md"
-    md_path.write_text(text, encoding="utf-8")
-    return ReportResult(out_dir=out, markdown=md_path, tables=tables, figures=figs, text=text)
+def _errors_section(errors: list[dict[str, Any]]) -> list[str]:
+    """The first 20 records that ended in an error, one line each (nothing without errors)."""
+    if not errors:
+        return []
+    md = [
+        "## Errors",
+        "",
+        "Episodes that ended in an agent or endpoint error (not counted as failures):",
+        "",
+    ]
+    for r in errors[:20]:
+        md.append(
+            f"- {r['env_id']} {r['agent']} {r['task_id']} sample {r.get('sample', '-')}: {r['error'][:200]}"
+        )
+    md.append("")
+    return md
