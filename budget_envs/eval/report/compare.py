@@ -115,80 +115,118 @@ def compare_runs(
         a, b = _pick(surf_a, env_id, agent_a), _pick(surf_b, env_id, agent_b)
         if a is None or b is None:
             continue
-        tasks = sorted(set(a.task_ids) & set(b.task_ids))
-        ts = sorted(set(a.ts) & set(b.ts))
-        ks = [k for k in a.ks if k in b.ks]
-        if not tasks or not ts:
-            logger.warning("%s: no shared tasks or budgets between the runs", env_id)
-            continue
-        ia = [a.task_ids.index(t) for t in tasks]
-        ib = [b.task_ids.index(t) for t in tasks]
-        ka, kb = [a.ks.index(k) for k in ks], [b.ks.index(k) for k in ks]
-        ta, tb = [a.ts.index(t) for t in ts], [b.ts.index(t) for t in ts]
-        diff_tasks = b.per_task[np.ix_(ib, kb, tb)] - a.per_task[np.ix_(ia, ka, ta)]
-        mean, low, high = bootstrap_pass_at_kt(
-            None, ks, ts, n_boot=n_boot, seed=seed, per_task=diff_tasks
-        )
-        holds_from: dict[int, int | None] = {}
-        for i, k in enumerate(ks):
-            ok = low[i] > 0
-            if not ok[-1]:
-                holds_from[k] = None
-                continue
-            j = len(ts) - 1
-            while j > 0 and ok[j - 1]:
-                j -= 1
-            holds_from[k] = ts[j]
-        lines = [f"{env_id}: {b.label} (B) minus {a.label} (A), {len(tasks)} shared tasks"]
-        for k in (ks[0], ks[-1]) if len(ks) > 1 else (ks[0],):
-            i = ks.index(k)
-            hf = holds_from[k]
-            top = f"gain at T={ts[-1]}: {mean[i, -1]:+.3f} [{low[i, -1]:+.3f}, {high[i, -1]:+.3f}]"
-            if hf is None:
-                lines.append(f"  K={k}: {top}; B's gain does not hold at T={ts[-1]}")
-            elif hf == ts[0]:
-                lines.append(f"  K={k}: {top}; holds at every T in {ts[0]}..{ts[-1]}")
-            else:
-                below = ts[ts.index(hf) - 1]
-                lines.append(f"  K={k}: {top}; holds for T >= {hf}, vanishes at T = {below}")
-        prefix = prefix_difference(
-            records_a,
-            records_b,
-            agent_a=a.agent,
-            agent_b=b.agent,
-            visibility_a=a.visibility,
-            visibility_b=b.visibility,
-            env_id=env_id,
-            n_boot=n_boot,
-            seed=seed,
-        )
-        lines += _prefix_lines(prefix, records_a, records_b, env_id, a, b)
-        budget = [
-            *budget_answers([_shared(a, ia, ta)], records_a, keep=keep, n_boot=n_boot, seed=seed),
-            *budget_answers([_shared(b, ib, tb)], records_b, keep=keep, n_boot=n_boot, seed=seed),
-        ]
-        lines += [f"  {x.sentence()}" for x in budget]
-        comp = Comparison(
-            env_id=env_id,
-            label_a=a.label,
-            label_b=b.label,
-            ks=ks,
-            ts=ts,
-            tasks=len(tasks),
-            diff=mean,
-            low=low,
-            high=high,
-            holds_from=holds_from,
-            text="\n".join(lines),
-            prefix=prefix,
-            budget=budget,
-        )
-        results.append(comp)
+        comp = _compare_env(env_id, a, b, records_a, records_b, n_boot=n_boot, seed=seed, keep=keep)
+        if comp is not None:
+            results.append(comp)
     if out_dir is not None:
         out = ensure_dir(out_dir, "write the comparison to")
         with folder_errors("write the comparison to", out):
             _write_comparison(results, out, figures)
     return results
+
+
+def _compare_env(
+    env_id: str,
+    a: GroupSurface,
+    b: GroupSurface,
+    records_a: Sequence[dict[str, Any]],
+    records_b: Sequence[dict[str, Any]],
+    *,
+    n_boot: int,
+    seed: int,
+    keep: float,
+) -> Comparison | None:
+    """B minus A on one env (None, with a warning, when they share no task or budget)."""
+    tasks = sorted(set(a.task_ids) & set(b.task_ids))
+    ts = sorted(set(a.ts) & set(b.ts))
+    ks = [k for k in a.ks if k in b.ks]
+    if not tasks or not ts:
+        logger.warning("%s: no shared tasks or budgets between the runs", env_id)
+        return None
+    ia = [a.task_ids.index(t) for t in tasks]
+    ib = [b.task_ids.index(t) for t in tasks]
+    ka, kb = [a.ks.index(k) for k in ks], [b.ks.index(k) for k in ks]
+    ta, tb = [a.ts.index(t) for t in ts], [b.ts.index(t) for t in ts]
+    diff_tasks = b.per_task[np.ix_(ib, kb, tb)] - a.per_task[np.ix_(ia, ka, ta)]
+    mean, low, high = bootstrap_pass_at_kt(
+        None, ks, ts, n_boot=n_boot, seed=seed, per_task=diff_tasks
+    )
+    holds_from = _holds_from(ks, ts, low)
+    lines = [f"{env_id}: {b.label} (B) minus {a.label} (A), {len(tasks)} shared tasks"]
+    lines += _gain_lines(ks, ts, mean, low, high, holds_from)
+    prefix = prefix_difference(
+        records_a,
+        records_b,
+        agent_a=a.agent,
+        agent_b=b.agent,
+        visibility_a=a.visibility,
+        visibility_b=b.visibility,
+        env_id=env_id,
+        n_boot=n_boot,
+        seed=seed,
+    )
+    lines += _prefix_lines(prefix, records_a, records_b, env_id, a, b)
+    budget = [
+        *budget_answers([_shared(a, ia, ta)], records_a, keep=keep, n_boot=n_boot, seed=seed),
+        *budget_answers([_shared(b, ib, tb)], records_b, keep=keep, n_boot=n_boot, seed=seed),
+    ]
+    lines += [f"  {x.sentence()}" for x in budget]
+    return Comparison(
+        env_id=env_id,
+        label_a=a.label,
+        label_b=b.label,
+        ks=ks,
+        ts=ts,
+        tasks=len(tasks),
+        diff=mean,
+        low=low,
+        high=high,
+        holds_from=holds_from,
+        text="\n".join(lines),
+        prefix=prefix,
+        budget=budget,
+    )
+
+
+def _holds_from(ks: list[int], ts: list[int], low: np.ndarray) -> dict[int, int | None]:
+    """Per K, the smallest T from which the interval's lower end stays above 0 (None: not at
+    the largest T)."""
+    holds_from: dict[int, int | None] = {}
+    for i, k in enumerate(ks):
+        ok = low[i] > 0
+        if not ok[-1]:
+            holds_from[k] = None
+            continue
+        j = len(ts) - 1
+        while j > 0 and ok[j - 1]:
+            j -= 1
+        holds_from[k] = ts[j]
+    return holds_from
+
+
+def _gain_lines(
+    ks: list[int],
+    ts: list[int],
+    mean: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+    holds_from: dict[int, int | None],
+) -> list[str]:
+    """The compare text's gain at the largest T and where it holds, for the smallest and
+    largest K."""
+    lines = []
+    for k in (ks[0], ks[-1]) if len(ks) > 1 else (ks[0],):
+        i = ks.index(k)
+        hf = holds_from[k]
+        top = f"gain at T={ts[-1]}: {mean[i, -1]:+.3f} [{low[i, -1]:+.3f}, {high[i, -1]:+.3f}]"
+        if hf is None:
+            lines.append(f"  K={k}: {top}; B's gain does not hold at T={ts[-1]}")
+        elif hf == ts[0]:
+            lines.append(f"  K={k}: {top}; holds at every T in {ts[0]}..{ts[-1]}")
+        else:
+            below = ts[ts.index(hf) - 1]
+            lines.append(f"  K={k}: {top}; holds for T >= {hf}, vanishes at T = {below}")
+    return lines
 
 
 def _check_agent(run: str, agent: str, records: Sequence[dict[str, Any]]) -> None:
