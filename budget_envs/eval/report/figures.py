@@ -35,94 +35,102 @@ def surface_figures(
     """A report's PNG figures per env, written into ``out``: the Pass@(K,T) heatmaps, Pass@(1,T)
     and Pass@(K,T_max) with their intervals, single-step accuracy and recovery."""
     Figure = figure_class()
-    from matplotlib.ticker import MaxNLocator
-
     paths = []
     for env_id in sorted({s.env_id for s in surfaces}):
         group = [s for s in surfaces if s.env_id == env_id]
         stem = slug(env_id.split("/")[-1])
-        # heatmaps
-        fig = Figure(figsize=(4.2 * len(group), 3.6), layout="constrained")
-        axes = fig.subplots(1, len(group), squeeze=False)[0]
-        for ax, s in zip(axes, group):
-            im = ax.imshow(
-                s.mean,
-                origin="lower",
-                aspect="auto",
-                vmin=0,
-                vmax=1,
-                cmap="viridis",
-                extent=(s.ts[0] - 0.5, s.ts[-1] + 0.5, s.ks[0] - 0.5, s.ks[-1] + 0.5)
-                if s.visibility == "hidden"
-                else None,
-            )
-            if s.visibility != "hidden":
-                ax.set_xticks(range(len(s.ts)), [str(t) for t in s.ts])
-                ax.set_yticks(range(len(s.ks)), [str(k) for k in s.ks])
-            ax.set_title(s.label, fontsize=9)
-            if s.visibility == "hidden":
-                ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_xlabel("T (turn budget)")
-            ax.set_ylabel("K (samples)")
-        fig.colorbar(im, ax=list(axes), label="Pass@(K,T)")
-        fig.suptitle(f"{env_id}: Pass@(K,T)")
-        paths.append(save(fig, out / f"{stem}_heatmap.png"))
-        # Pass@(1,T)
-        fig = Figure(figsize=(6, 4), layout="constrained")
-        ax = fig.subplots()
-        for s in group:
-            # Hidden runs give a step function of T; visible runs only the budgets they ran.
-            step = "post" if s.visibility == "hidden" else None
-            line = ax.plot(
-                s.ts,
-                s.mean[0],
-                "-" if step else "o--",
-                drawstyle="steps-post" if step else "default",
-                label=s.label,
-            )[0]
-            ax.fill_between(s.ts, s.low[0], s.high[0], alpha=0.2, step=step, color=line.get_color())
-        integer_ticks(ax.xaxis, sorted({t for s in group for t in s.ts}))
-        paths.append(
-            _save_curves(
-                fig, ax, "T (turn budget)", "Pass@(1,T)", env_id, out / f"{stem}_pass1_vs_T.png"
-            )
-        )
-        # Pass@(K,T_max)
-        fig = Figure(figsize=(6, 4), layout="constrained")
-        ax = fig.subplots()
-        for s in group:
-            ax.plot(s.ks, s.mean[:, -1], "o-", label=f"{s.label} (T={s.ts[-1]})")
-            ax.fill_between(s.ks, s.low[:, -1], s.high[:, -1], alpha=0.2)
-        integer_ticks(ax.xaxis, sorted({k for s in group for k in s.ks}))
-        paths.append(
-            _save_curves(
-                fig, ax, "K (samples)", "Pass@(K,T_max)", env_id, out / f"{stem}_passK_at_Tmax.png"
-            )
-        )
-        # single-step accuracy
+        paths.append(_heatmaps(Figure, group, env_id, out / f"{stem}_heatmap.png"))
+        paths.append(_pass1_curves(Figure, group, env_id, out / f"{stem}_pass1_vs_T.png"))
+        paths.append(_passk_curves(Figure, group, env_id, out / f"{stem}_passK_at_Tmax.png"))
         rows = [r for r in acc_rows if r["env_id"] == env_id]
         if rows:
-            fig = Figure(figsize=(6, 3.6), layout="constrained")
-            ax = fig.subplots()
-            x = np.arange(len(rows))
-            on = [np.nan if r["on_policy"] is None else r["on_policy"] for r in rows]
-            pre = [np.nan if r["prefix"] is None else r["prefix"] for r in rows]
-            ax.bar(x - 0.2, on, 0.4, label="on-policy")
-            ax.bar(x + 0.2, pre, 0.4, label="oracle-prefix")
-            ax.set_xticks(x, [r["agent"] for r in rows], fontsize=8)
-            ax.set(
-                ylabel="share of oracle actions",
-                ylim=(0, 1.05),
-                title=f"{env_id}: single-step accuracy",
-            )
-            ax.legend(fontsize=8)
-            paths.append(save(fig, out / f"{stem}_single_step.png"))
+            paths.append(_accuracy_bars(Figure, rows, env_id, out / f"{stem}_single_step.png"))
         rows = [r for r in rec_rows if r["env_id"] == env_id]
         if rows:
             fig = recovery_figure(rows, env_id)
             paths.append(save(fig, out / f"{stem}_recovery.png"))
     return paths
+
+
+def _heatmaps(Figure: Any, group: list[GroupSurface], env_id: str, path: Path) -> Path:
+    """One env's Pass@(K,T) heatmaps, one panel per agent, saved at ``path``."""
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(4.2 * len(group), 3.6), layout="constrained")
+    axes = fig.subplots(1, len(group), squeeze=False)[0]
+    for ax, s in zip(axes, group):
+        im = ax.imshow(
+            s.mean,
+            origin="lower",
+            aspect="auto",
+            vmin=0,
+            vmax=1,
+            cmap="viridis",
+            extent=(s.ts[0] - 0.5, s.ts[-1] + 0.5, s.ks[0] - 0.5, s.ks[-1] + 0.5)
+            if s.visibility == "hidden"
+            else None,
+        )
+        if s.visibility != "hidden":
+            ax.set_xticks(range(len(s.ts)), [str(t) for t in s.ts])
+            ax.set_yticks(range(len(s.ks)), [str(k) for k in s.ks])
+        ax.set_title(s.label, fontsize=9)
+        if s.visibility == "hidden":
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("T (turn budget)")
+        ax.set_ylabel("K (samples)")
+    fig.colorbar(im, ax=list(axes), label="Pass@(K,T)")
+    fig.suptitle(f"{env_id}: Pass@(K,T)")
+    return save(fig, path)
+
+
+def _pass1_curves(Figure: Any, group: list[GroupSurface], env_id: str, path: Path) -> Path:
+    """One env's Pass@(1,T) curves with their intervals, saved at ``path``."""
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.subplots()
+    for s in group:
+        # Hidden runs give a step function of T; visible runs only the budgets they ran.
+        step = "post" if s.visibility == "hidden" else None
+        line = ax.plot(
+            s.ts,
+            s.mean[0],
+            "-" if step else "o--",
+            drawstyle="steps-post" if step else "default",
+            label=s.label,
+        )[0]
+        ax.fill_between(s.ts, s.low[0], s.high[0], alpha=0.2, step=step, color=line.get_color())
+    integer_ticks(ax.xaxis, sorted({t for s in group for t in s.ts}))
+    return _save_curves(fig, ax, "T (turn budget)", "Pass@(1,T)", env_id, path)
+
+
+def _passk_curves(Figure: Any, group: list[GroupSurface], env_id: str, path: Path) -> Path:
+    """One env's Pass@(K,T_max) curves with their intervals, saved at ``path``."""
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.subplots()
+    for s in group:
+        ax.plot(s.ks, s.mean[:, -1], "o-", label=f"{s.label} (T={s.ts[-1]})")
+        ax.fill_between(s.ks, s.low[:, -1], s.high[:, -1], alpha=0.2)
+    integer_ticks(ax.xaxis, sorted({k for s in group for k in s.ks}))
+    return _save_curves(fig, ax, "K (samples)", "Pass@(K,T_max)", env_id, path)
+
+
+def _accuracy_bars(Figure: Any, rows: list[dict], env_id: str, path: Path) -> Path:
+    """One env's single-step accuracy per agent (on-policy and oracle-prefix), saved at ``path``."""
+    fig = Figure(figsize=(6, 3.6), layout="constrained")
+    ax = fig.subplots()
+    x = np.arange(len(rows))
+    on = [np.nan if r["on_policy"] is None else r["on_policy"] for r in rows]
+    pre = [np.nan if r["prefix"] is None else r["prefix"] for r in rows]
+    ax.bar(x - 0.2, on, 0.4, label="on-policy")
+    ax.bar(x + 0.2, pre, 0.4, label="oracle-prefix")
+    ax.set_xticks(x, [r["agent"] for r in rows], fontsize=8)
+    ax.set(
+        ylabel="share of oracle actions",
+        ylim=(0, 1.05),
+        title=f"{env_id}: single-step accuracy",
+    )
+    ax.legend(fontsize=8)
+    return save(fig, path)
 
 
 def integer_ticks(axis: Any, values: list[int], most: int = 12) -> None:
