@@ -1,8 +1,9 @@
 """The env contract every BudgetMix family implements: :class:`TextAgentEnv`.
 
 A family subclasses :class:`TextAgentEnv` and fills in a handful of hooks (``task_ids``,
-``_load``, ``_execute``, ``_goal``, ``_admissible``, the oracle). The base class owns everything
-that must behave the same in every family:
+``_load``, ``_execute``, ``_goal``, ``_admissible``, the oracle's ``_oracle_actions`` and
+``_cost_to_go``, ``_state_digest``); :func:`budget_envs.contract.check_family` checks a family
+against every rule. The base class owns everything that must behave the same in every family:
 
 * ``Text`` spaces over a printable charset (Gymnasium's default charset is alphanumeric only);
 * task selection from ``options["task_id"]`` (an index or a string id) or from the seed;
@@ -10,7 +11,10 @@ that must behave the same in every family:
   parser rejects gets feedback, ``info["invalid_action"] = True`` and leaves the state untouched;
 * bounded observations that always stay inside the observation space;
 * the ``info`` keys of :data:`budget_envs.info.CORE_KEYS`;
-* ``snapshot()`` / ``restore()`` by deterministic prefix replay unless the family has a native one;
+* the oracle's bookkeeping: ``oracle_actions()`` and ``cost_to_go()`` raise ``ResetNeeded``
+  before reset and answer for a finished episode themselves, then call the family's hook;
+* ``snapshot()`` / ``restore()`` by deterministic prefix replay unless the family has a native one
+  (:class:`budget_envs.snapshot.Forking`);
   ``restore()`` of a snapshot from another env class, scope (``_snapshot_scope()``: a world
   seed...) or of a task this env lacks raises ``SnapshotMismatch`` and changes nothing;
 * after ``close()``, ``step``, ``reset``, the oracle, ``snapshot`` and ``restore`` raise
@@ -40,9 +44,9 @@ import numpy as np
 from gymnasium import error
 from gymnasium.utils import seeding
 
-from budget_envs.errors import ActionRejected, EnvClosed, SnapshotMismatch, UnknownFaultKind
+from budget_envs.errors import ActionRejected, EnvClosed, UnknownFaultKind
 from budget_envs.info import Deferred, LazyInfo
-from budget_envs.snapshot import Snapshot, _rng_from_state, _show_scope, snapshot_problem
+from budget_envs.snapshot import Forking, Snapshot
 from budget_envs.spaces import MAX_TEXT_LENGTH, PRINTABLE, AgentText, text_space
 
 __all__ = [
@@ -170,7 +174,7 @@ class FaultOutcome:
             raise ValueError(f"effect must be one of {list(FAULT_EFFECTS)}, got {self.effect!r}")
 
 
-class TextAgentEnv(gym.Env[str, str]):
+class TextAgentEnv(Forking, gym.Env[str, str]):
     """Base class of every BudgetMix environment (see the module docstring for the contract).
 
     Subclasses implement:
@@ -181,11 +185,16 @@ class TextAgentEnv(gym.Env[str, str]):
       :class:`~budget_envs.errors.ActionRejected` (before any change) to reject it; set
       ``self.won`` / ``self.lost``;
     * ``_goal() -> str`` and ``_admissible() -> list[str]``;
-    * ``oracle_actions()`` and ``cost_to_go()``; set the class attribute ``oracle_exact``.
+    * the oracle hooks ``_oracle_actions()`` and ``_cost_to_go()``, which the public
+      :meth:`oracle_actions` / :meth:`cost_to_go` call after checking reset and the end of the
+      episode; set the class attribute ``oracle_exact``;
+    * ``_state_digest()``: what ``info["state_hash"]`` hashes;
+    * ``task_identity(task_id)`` when the family takes ``split=``.
 
-    Optional: ``_extra_info()``, ``fault_kinds()`` with the one fault hook ``_fault()``,
-    ``slip_action()``, ``no_effect_feedback()``, and a native ``_snapshot_state()`` /
-    ``_restore_state()``.
+    Optional: ``task_level()``, ``_extra_info()``, ``fault_kinds()`` with ``family_fault_cells``
+    and the one fault hook ``_fault()``, ``slip_action()``, ``no_effect_feedback()``, and a
+    native ``_snapshot_state()`` / ``_restore_state()``. :func:`budget_envs.contract.check_family`
+    checks a family against every rule (docs/extending.md lists them).
 
     Example:
         The contract on a real family: bad input is a turn with feedback, and a snapshot forks the
@@ -280,27 +289,28 @@ class TextAgentEnv(gym.Env[str, str]):
     @property
     def task_ids(self) -> Sequence[str]:
         """Every task id this env can play, in a fixed order (``options["task_id"]`` indexes it)."""
-        raise NotImplementedError
+        raise self._missing("the property task_ids")
 
     def task_identity(self, task_id: str) -> tuple:
         """What makes ``task_id`` the task it is, without its id: its world and goal.
 
         Two tasks with equal identities are the same task; held-out splits (``split=``) are
-        disjoint by identity, not only by id. Computed without playing the task.
+        disjoint by identity, not only by id. Computed without playing the task. Required of a
+        family that takes ``split=``.
         """
-        raise NotImplementedError
+        raise self._missing("task_identity(task_id) -> tuple")
 
     def _load(self, task_id: str) -> str:
-        raise NotImplementedError
+        raise self._missing("_load(task_id: str) -> str")
 
     def _execute(self, action: str) -> tuple[str, float]:
-        raise NotImplementedError
+        raise self._missing("_execute(action: str) -> tuple[str, float]")
 
     def _goal(self) -> str:
-        raise NotImplementedError
+        raise self._missing("_goal() -> str")
 
     def _admissible(self) -> list[str]:
-        raise NotImplementedError
+        raise self._missing("_admissible() -> list[str]")
 
     def _extra_info(self) -> dict[str, Any]:
         """Family-specific ``info`` keys (each documented in :mod:`budget_envs.info`); a value
@@ -317,14 +327,45 @@ class TextAgentEnv(gym.Env[str, str]):
         ids = self.task_ids
         return ids[int(rng.integers(len(ids)))]
 
+    def task_level(self, task_id: str) -> Any:
+        """The level of ``task_id`` (``budgetmix eval --tasks N`` spreads N over the levels);
+        None for every task of a family without levels (optional hook)."""
+        return None
+
     # ------------------------------------------------------------------ oracle
     def oracle_actions(self) -> list[str]:
-        """Every optimal next action from the current state; empty once the episode is over."""
-        raise NotImplementedError
+        """Every optimal next action from the current state; empty once the episode is over.
+
+        Raises ``gymnasium.error.ResetNeeded`` before the first reset (:class:`EnvClosed` after
+        ``close()``); then the family's hook ``_oracle_actions()`` answers for a live episode.
+        """
+        self._require_reset()
+        if self._done:
+            return []
+        return list(self._oracle_actions())
 
     def cost_to_go(self) -> int:
-        """The fewest turns from the current state to success (0 once won, UNREACHABLE once lost)."""
-        raise NotImplementedError
+        """The fewest turns from the current state to success (0 once won, UNREACHABLE once lost).
+
+        Checks reset as :meth:`oracle_actions` does; the family's hook ``_cost_to_go()`` answers
+        for a live episode.
+        """
+        self._require_reset()
+        if self.won:
+            return 0
+        if self.lost:
+            return UNREACHABLE
+        return int(self._cost_to_go())
+
+    def _oracle_actions(self) -> list[str]:
+        """The family hook behind :meth:`oracle_actions`: called only after reset, on a live
+        episode."""
+        raise self._missing("_oracle_actions() -> list[str]")
+
+    def _cost_to_go(self) -> int:
+        """The family hook behind :meth:`cost_to_go`: called only after reset, neither won nor
+        lost."""
+        raise self._missing("_cost_to_go() -> int")
 
     # ------------------------------------------------------------------ faults
     def fault_kinds(self) -> tuple[str, ...]:
@@ -540,7 +581,7 @@ class TextAgentEnv(gym.Env[str, str]):
         """A stable hash of the semantic world state (see ``state_hash`` in :mod:`budget_envs.info`).
 
         The task id, won/lost and the family's ``_state_digest()`` (bytes or str) are hashed with
-        BLAKE2b (16 bytes, hex); None when the family has no digest.
+        BLAKE2b (16 bytes, hex); None while the family's digest is None (no state yet).
         """
         digest = self._state_digest()
         if digest is None:
@@ -558,8 +599,9 @@ class TextAgentEnv(gym.Env[str, str]):
         return out
 
     def _state_digest(self) -> bytes | str | None:
-        """Canonical bytes of what the task's future depends on (families override)."""
-        return None
+        """Canonical bytes (or text) of what the task's future depends on: a required hook
+        (``info["state_hash"]`` is built from it); None only while the family has no state yet."""
+        raise self._missing("_state_digest() -> str | bytes")
 
     @property
     def task_id(self) -> str | None:
@@ -647,103 +689,9 @@ class TextAgentEnv(gym.Env[str, str]):
         if self._task_id is None:
             raise error.ResetNeeded("Call reset() before step() or the oracle and fault hooks.")
 
-    # ------------------------------------------------------------------ forking
-    def snapshot(self) -> Snapshot:
-        """Capture the current point of the episode (cheap; restore with :meth:`restore`)."""
-        self._require_reset()
-        payload = self._snapshot_state() if self.native_snapshot else None
-        return Snapshot(
-            env=self._env_name(),
-            scope=tuple(self._snapshot_scope()),
-            task_id=self._task_id,
-            observation=self._last_obs,
-            trace=tuple(self._trace),
-            reset_rng=self._reset_rng_state,
-            rng=copy.deepcopy(self.np_random.bit_generator.state),
-            done=self._done,
-            turn=self.turn,
-            payload=payload,
+    def _missing(self, hook: str) -> NotImplementedError:
+        """The error of a required family hook left out (``budget_envs.contract`` names it too)."""
+        return NotImplementedError(
+            f"{type(self).__name__} does not implement the required hook {hook}; see "
+            "docs/extending.md#1-the-env-class"
         )
-
-    def restore(self, snap: Snapshot) -> str:
-        """Return to ``snap`` and give back the observation seen there.
-
-        Without a native snapshot the task is reloaded from the reset RNG state and every event
-        of the trace is replayed; the envs are deterministic, so this equals the original.
-        :class:`SnapshotMismatch` (nothing changed): ``snap`` is of another env class or scope,
-        or of a task this env lacks. :class:`EnvClosed`: after ``close()``.
-        """
-        self._require_open()
-        why = snapshot_problem(snap)
-        if why is not None:
-            raise SnapshotMismatch(
-                f"restore(): not a snapshot of this env: {why}. Nothing changed."
-            )
-        self._check_snapshot(snap)
-        before = self.snapshot() if self._task_id is not None else None
-        try:
-            return self._restore(snap)
-        except (ActionRejected, AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
-            if before is not None:  # a forged trace or state: back to where the env was
-                self._restore(before)
-            raise SnapshotMismatch(
-                f"restore(): the snapshot does not restore in this env ({exc!r:.120}); "
-                "the env is as it was"
-            ) from None
-
-    def _restore(self, snap: Snapshot) -> str:
-        if snap.payload is not None:
-            self._restore_state(snap.payload)
-            self._task_id = snap.task_id
-        else:
-            if snap.reset_rng is not None:
-                self.np_random.bit_generator.state = copy.deepcopy(snap.reset_rng)
-            self._reset_rng_state = snap.reset_rng
-            self._start(snap.task_id)
-            self.replaying = True
-            try:
-                for event in snap.trace:
-                    if event[0] == "step":
-                        self._execute(event[1])
-                    else:
-                        _, kind, rng_state, action = event
-                        self._apply_fault(kind, _rng_from_state(rng_state), action)
-                    self._done = self.won or self.lost
-            finally:
-                self.replaying = False
-        self._trace = list(snap.trace)
-        self._done = snap.done
-        self.turn = snap.turn
-        self._last_obs = snap.observation
-        if snap.rng is not None:
-            self.np_random.bit_generator.state = copy.deepcopy(snap.rng)
-        return snap.observation
-
-    def _env_name(self) -> str:
-        cls = type(self)
-        return f"{cls.__module__}.{cls.__qualname__}"
-
-    def _check_snapshot(self, snap: Snapshot) -> None:
-        """Raise :class:`SnapshotMismatch` unless ``snap`` can be restored here (no change)."""
-        mine, scope = self._env_name(), tuple(self._snapshot_scope())
-        if snap.env is not None and snap.env != mine:
-            why = "another env class"
-        elif snap.env is not None and tuple(snap.scope) != scope:
-            why = "other settings (its task id names another task here)"
-        elif snap.payload is not None and not self.native_snapshot:
-            why = "a native state, and this env restores by replay only"
-        elif not isinstance(snap.task_id, str) or snap.task_id not in self._task_index():
-            why = f"a task this env does not have (it has e.g. {list(self.task_ids[:3])!r})"
-        else:
-            return
-        raise SnapshotMismatch(
-            f"restore(): the snapshot is of task {snap.task_id!r} in "
-            f"{snap.env or 'an env of unrecorded class'}{_show_scope(snap.scope)}; this env is "
-            f"{mine}{_show_scope(scope)}: {why}. Nothing was changed."
-        )
-
-    def _snapshot_state(self) -> Any:
-        raise NotImplementedError
-
-    def _restore_state(self, payload: Any) -> None:
-        raise NotImplementedError

@@ -25,6 +25,7 @@ __all__ = [
     "MessageError",
     "CapacityError",
     "ActionRejected",
+    "ContractViolation",
     "AgentError",
     "BudgetEnvsError",
     "BudgetExhausted",
@@ -80,6 +81,20 @@ class UnknownFaultKind(BudgetEnvsError, ValueError):
 
 class UnknownSplit(BudgetEnvsError, ValueError):
     """A ``split=`` the family does not have; the message names the splits it has."""
+
+
+# ---------------------------------------------------------------------- the family contract
+class ContractViolation(BudgetEnvsError, AssertionError):
+    """A family breaks a rule of the family contract (:func:`budget_envs.contract.check_family`).
+
+    ``rule`` is the rule's id (``"oracle.wins"``, ``"hooks.goal"``...); the message names it,
+    what is wrong or missing, and the section of docs/extending.md that describes the rule. An
+    ``AssertionError`` too, as Gymnasium's ``check_env`` raises.
+    """
+
+    def __init__(self, message: str, rule: str = "") -> None:
+        super().__init__(message)
+        self.rule = rule
 
 
 # ---------------------------------------------------------------------- env lifecycle

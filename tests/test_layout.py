@@ -44,7 +44,8 @@ MAX_CLI_LINES = 500
 #: sit with core; ``import budget_envs`` registers the ids, so the package root sits with the
 #: registry; the service serves registered ids and eval's Ray back end runs episodes on its env
 #: actors, so it sits between the registry and eval; the study trains (integrations) and
-#: evaluates, so it sits above both.
+#: evaluates, so it sits above both. The family checker (``budget_envs.contract``) builds envs
+#: from the registry and judges oracle moves as eval does, so it sits with eval.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "core",
@@ -65,7 +66,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("envs", ("budget_envs.envs",)),
     ("registry", ("budget_envs.registry",)),
     ("service", ("budget_envs.service",)),
-    ("eval", ("budget_envs.eval",)),
+    ("eval", ("budget_envs.eval", "budget_envs.contract")),
     ("integrations", ("budget_envs.integrations",)),
     ("study", ("budget_envs.study",)),
     (
