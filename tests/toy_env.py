@@ -11,7 +11,7 @@ from collections import deque
 
 import numpy as np
 
-from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
+from budget_envs.core import FaultOutcome, TextAgentEnv
 from budget_envs.errors import ActionRejected
 
 MOVES = {"go east": 1, "go west": -1}
@@ -105,16 +105,10 @@ class ToyEnv(TextAgentEnv):
                     queue.append((nr, nk, d + 1))
         raise RuntimeError("unreachable goal")
 
-    def cost_to_go(self) -> int:
-        self._require_reset()
-        if self.won:
-            return 0
-        if self.lost:
-            return UNREACHABLE
+    def _cost_to_go(self) -> int:
         return self._distance(self.room, self.has_key)
 
-    def oracle_actions(self) -> list[str]:
-        self._require_reset()
+    def _oracle_actions(self) -> list[str]:
         if self.done:
             return []
         best = self.cost_to_go()

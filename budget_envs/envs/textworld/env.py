@@ -338,13 +338,13 @@ class TextWorldEnv(FaultHooks, NativeSnapshots, TaskList, TextAgentEnv):
         state = self._tracker._game_progression.state
         return self._graph.lookup(state, self._marks, LIVE, self._blocked_ids())
 
-    def oracle_actions(self) -> list[str]:
+    def _oracle_actions(self) -> list[str]:
         """Every optimal next command (exact) or TextWorld's next policy command (heuristic)."""
         return self._oracle()[1]
 
-    def cost_to_go(self) -> int:
-        """Fewest turns to win from here (exact) or the length of TextWorld's policy; 0 once
-        won; ``UNREACHABLE`` (10**6) once lost."""
+    def _cost_to_go(self) -> int:
+        """Fewest turns to win from here (exact) or the length of TextWorld's policy (the core
+        answers 0 once won, ``UNREACHABLE`` (10**6) once lost)."""
         return self._oracle()[0]
 
     def sample_action(self, rng: np.random.Generator) -> str:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from budget_envs._util import UNSEEN_SPLIT, check_int, check_levels, check_split, split_seed
-from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
+from budget_envs.core import FaultOutcome, TextAgentEnv
 from budget_envs.env_options import BaseOptions
 from budget_envs.envs.tooluse import oracle as orc
 from budget_envs.envs.tooluse.lru import BLOCK_CACHE_SIZE, LRUCache
@@ -531,18 +531,12 @@ class ToolUseEnv(TextAgentEnv):
         return matches_gold(self._conn, self.world, self._rows, self._task.gold_calls)
 
     # ------------------------------------------------------------------ oracle
-    def oracle_actions(self) -> list[str]:
+    def _oracle_actions(self) -> list[str]:
         """Every tool call (as action text) that lowers ``cost_to_go()`` by one."""
-        self._require_reset()
-        if self._done:
-            return []
         return orc.oracle_calls(self._gold, self._pr, self.won)
 
-    def cost_to_go(self) -> int:
-        """Fewest turns to success; ``oracle.UNREACHABLE`` once lost."""
-        self._require_reset()
-        if self.lost and not self.won:
-            return UNREACHABLE
+    def _cost_to_go(self) -> int:
+        """Fewest turns to success (the core answers 0 once won, UNREACHABLE once lost)."""
         return orc.cost_to_go(self._gold, self._pr, self.won)
 
     # ------------------------------------------------------------------ faults

@@ -532,18 +532,12 @@ class WebShopEnv(TextAgentEnv):
         return action
 
     # ---------------------------------------------------------------- oracle
-    def oracle_actions(self) -> list[str]:
+    def _oracle_actions(self) -> list[str]:
         """Every optimal next action (one title query stands for all equally good searches)."""
-        self._require_reset()
-        if self._done:
-            return []
         return oracle(self._task, self._state)[0]
 
-    def cost_to_go(self) -> int:
-        """Fewest turns to a purchase scoring 1.0 (0 once won; UNREACHABLE once lost)."""
-        self._require_reset()
-        if self._done:
-            return 0 if self.won else UNREACHABLE
+    def _cost_to_go(self) -> int:
+        """Fewest turns to a purchase scoring 1.0 (the core answers once won or lost)."""
         return oracle(self._task, self._state)[1]
 
     # ---------------------------------------------------------------- faults
