@@ -101,14 +101,7 @@ def run_plan(
         raise ValueError(f"workers must be a positive int, got {workers!r}")
     run_dir = Path(run_dir)
     records_path = run_dir / RECORDS_FILE
-    if run_dir.exists() and not run_dir.is_dir():
-        ensure_dir(run_dir, "use as a run folder")  # raises OutDirError: a file is in the way
-    if not resume and _holds_records(records_path):
-        # A live writer is the news (RunInUse with its pid), else the records are.
-        with contextlib.suppress(OutDirError), RunLock(run_dir):
-            pass
-        _refuse_overwrite(records_path)
-    _check_own_files(run_dir)
+    _check_folder(run_dir, records_path, resume)
     if ray is not None:
         connect(ray)  # fail before anything is written when the cluster is unreachable
     preflight_agents(plan.agents)  # likewise for a dead or wrong LLM endpoint (PreflightError)
@@ -119,18 +112,11 @@ def run_plan(
         scan = _recorded(records_path) if resume else None
         records = scan.records if scan is not None else []
         done_keys = {r["key"] for r in records if not r.get("error")}
-        selections = {e: select_tasks(e, plan.tasks, plan.env_kwargs) for e in plan.env_ids}
-        config = plan_config(plan, selections)
-        all_jobs = plan_jobs(plan, selections)
-        config_path = run_dir / CONFIG_FILE
-        if not resume or check_resume(run_dir, config_path, config, records, plan, all_jobs):
-            write_config(config_path, config)
+        all_jobs = _jobs_with_config(plan, run_dir, resume, records)
         jobs = [j for j in all_jobs if j.key not in done_keys]
         skipped = len(all_jobs) - len(jobs)
         if on_start is not None:
             on_start(len(all_jobs), skipped)
-        ran = errors = 0
-        prefix_total = 0
         transcripts = None
         if plan.transcripts or (run_dir / TRANSCRIPTS_FILE).exists():
             transcripts = open_transcripts(
@@ -140,45 +126,109 @@ def run_plan(
                 agents=plan.agents,
                 write=plan.transcripts,
             )
-        with _writer(records_path) as out, contextlib.ExitStack() as stack:
-            if transcripts is not None:
-                stack.enter_context(transcripts)
-            for phase in ("episodes", "prefix"):
-                if phase == "prefix":
-                    if not plan.prefix_turns:
-                        break
-                    prefix_jobs = plan_prefix_jobs(plan, load_records(run_dir, warn=False))
-                    jobs = [j for j in prefix_jobs if j.key not in done_keys]
-                    prefix_total = len(prefix_jobs)
-                    skipped += prefix_total - len(jobs)
-                    if on_start is not None:
-                        on_start(prefix_total, prefix_total - len(jobs))
-                stream = _stream(plan, jobs, workers, ray, chunk, start_method)
-                try:
-                    for record in stream:
-                        if transcripts is not None:
-                            # First the row: a kill before its record leaves a row that the
-                            # resume drops, never a recorded episode without its row.
-                            transcripts.write(record)
-                        out.write(record)
-                        ran += 1
-                        errors += bool(record.error)
-                        if on_record is not None:
-                            on_record(record)
-                finally:
-                    # Stop the back end now (a full disk, Ctrl-C): no worker runs on for nothing.
-                    close = getattr(stream, "close", None)
-                    if close is not None:
-                        close()
+        ran, errors, prefix_total, prefix_skipped = _play(
+            plan,
+            run_dir,
+            jobs,
+            done_keys,
+            transcripts,
+            (workers, ray, chunk, start_method),
+            on_start,
+            on_record,
+        )
     return RunResult(
         run_dir=run_dir,
         total=len(all_jobs) + prefix_total,
-        skipped=skipped,
+        skipped=skipped + prefix_skipped,
         ran=ran,
         errors=errors,
         prefix_total=prefix_total,
         bad_lines=scan.bad_lines if scan is not None else 0,
     )
+
+
+def _check_folder(run_dir: Path, records_path: Path, resume: bool) -> None:
+    """Refuse, before anything is written, a folder that is a file, holds another run's records
+    without ``resume`` (a live writer named first), or holds files not an eval run's."""
+    if run_dir.exists() and not run_dir.is_dir():
+        ensure_dir(run_dir, "use as a run folder")  # raises OutDirError: a file is in the way
+    if not resume and _holds_records(records_path):
+        # A live writer is the news (RunInUse with its pid), else the records are.
+        with contextlib.suppress(OutDirError), RunLock(run_dir):
+            pass
+        _refuse_overwrite(records_path)
+    _check_own_files(run_dir)
+
+
+def _jobs_with_config(
+    plan: EvalPlan, run_dir: Path, resume: bool, records: list[dict[str, Any]]
+) -> list[Any]:
+    """Every job of ``plan``, its ``config.json`` written (on resume, once the plan is checked
+    against the folder's)."""
+    selections = {e: select_tasks(e, plan.tasks, plan.env_kwargs) for e in plan.env_ids}
+    config = plan_config(plan, selections)
+    all_jobs = plan_jobs(plan, selections)
+    config_path = run_dir / CONFIG_FILE
+    if not resume or check_resume(run_dir, config_path, config, records, plan, all_jobs):
+        write_config(config_path, config)
+    return all_jobs
+
+
+def _play(
+    plan: EvalPlan,
+    run_dir: Path,
+    jobs: list[Any],
+    done_keys: set[str],
+    transcripts: Any,
+    backend: tuple[int, str | None, int | None, str | None],
+    on_start: Callable[[int, int], None] | None,
+    on_record: Callable[[Any], None] | None,
+) -> tuple[int, int, int, int]:
+    """Both phases into the records file, the episodes and probes then the prefix probes:
+    (records written, errors among them, prefix probes planned, prefix probes already done)."""
+    ran = errors = prefix_total = prefix_skipped = 0
+    with _writer(run_dir / RECORDS_FILE) as out, contextlib.ExitStack() as stack:
+        if transcripts is not None:
+            stack.enter_context(transcripts)
+        for phase in ("episodes", "prefix"):
+            if phase == "prefix":
+                if not plan.prefix_turns:
+                    break
+                prefix_jobs = plan_prefix_jobs(plan, load_records(run_dir, warn=False))
+                jobs = [j for j in prefix_jobs if j.key not in done_keys]
+                prefix_total = len(prefix_jobs)
+                prefix_skipped = prefix_total - len(jobs)
+                if on_start is not None:
+                    on_start(prefix_total, prefix_total - len(jobs))
+            stream = _stream(plan, jobs, *backend)
+            written, failed = _drain(stream, out, transcripts, on_record)
+            ran += written
+            errors += failed
+    return ran, errors, prefix_total, prefix_skipped
+
+
+def _drain(
+    stream: Any, out: RecordsWriter, transcripts: Any, on_record: Callable[[Any], None] | None
+) -> tuple[int, int]:
+    """Write every record of ``stream`` (its transcript row first): (records, errors)."""
+    ran = errors = 0
+    try:
+        for record in stream:
+            if transcripts is not None:
+                # First the row: a kill before its record leaves a row that the
+                # resume drops, never a recorded episode without its row.
+                transcripts.write(record)
+            out.write(record)
+            ran += 1
+            errors += bool(record.error)
+            if on_record is not None:
+                on_record(record)
+    finally:
+        # Stop the back end now (a full disk, Ctrl-C): no worker runs on for nothing.
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+    return ran, errors
 
 
 def _recorded(records_path: Path) -> RecordsScan:
