@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from budget_envs.commands.common import (
     run_with_bar,
 )
 from budget_envs.errors import UsageError
+
+if TYPE_CHECKING:
+    from budget_envs.eval.runner import EvalPlan, RunResult
 
 __all__ = ["TRUST_POLICY_HELP", "cmd_eval", "parse_agents"]
 
@@ -134,18 +137,7 @@ def parse_agents(
 
 
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
-    import gymnasium as gym
-
-    from budget_envs.errors import (
-        OutDirError,
-        PlanMismatch,
-        PreflightError,
-        RecordsWriteError,
-        RunInUse,
-    )
-    from budget_envs.eval.runner import TRANSCRIPTS_FILE, EvalPlan, load_records
-    from budget_envs.eval.runner.ray_backend import RayUnavailable
-
+    """``budgetmix eval``: the agents, the plan, its run, then the records' short table."""
     check_env_ids(args.env_ids)
     agents = parse_agents(
         args.agent or ([] if args.agent_config else ["random"]),
@@ -156,8 +148,20 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     prefix_from = _prefix_source(args, agents)
     if args.quiet:  # also the model-loading bars of policy agents (here and in workers)
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    plan = _plan_of(args, agents, prefix_from)
+    result = _run(plan, args)
+    if result is None:
+        return 1
+    _print_summary(plan, result, out)
+    return 1 if result.errors else 0
+
+
+def _plan_of(args: argparse.Namespace, agents: dict[str, str], prefix_from: str | None) -> EvalPlan:
+    """The :class:`~budget_envs.eval.runner.EvalPlan` of the options (a bad one: UsageError)."""
+    from budget_envs.eval.runner import EvalPlan
+
     try:
-        plan = EvalPlan(
+        return EvalPlan(
             env_ids=list(args.env_ids),
             agents=agents,
             tasks=args.tasks,
@@ -177,8 +181,24 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         )
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+
+
+def _run(plan: EvalPlan, args: argparse.Namespace) -> RunResult | None:
+    """The plan's run under the progress bar: what the user can fix is a UsageError; None (the
+    line printed) when the records could not be written."""
+    import gymnasium as gym
+
+    from budget_envs.errors import (
+        OutDirError,
+        PlanMismatch,
+        PreflightError,
+        RecordsWriteError,
+        RunInUse,
+    )
+    from budget_envs.eval.runner.ray_backend import RayUnavailable
+
     try:
-        result = run_with_bar(
+        return run_with_bar(
             plan,
             args.out,
             "eval",
@@ -198,7 +218,13 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError(str(exc)) from None
     except RecordsWriteError as exc:  # a full disk: one line, not a traceback
         print(f"budgetmix eval: {exc}", file=sys.stderr)
-        return 1
+        return None
+
+
+def _print_summary(plan: EvalPlan, result: RunResult, out: TextIO) -> None:
+    """What the run wrote, the short Pass@1 table and where the full report comes from."""
+    from budget_envs.eval.runner import TRANSCRIPTS_FILE, load_records
+
     prefix = f", {result.prefix_total} of them prefix probes" if plan.prefix_turns else ""
     print(
         f"{result.ran} records written to {result.run_dir} ({result.skipped} already done, "
@@ -223,7 +249,6 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         file=out,
     )
     print_few_tasks_warning(records)
-    return 1 if result.errors else 0
 
 
 def _result_table(records: Sequence[dict[str, Any]]) -> list[str]:
