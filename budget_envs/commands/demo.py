@@ -205,6 +205,15 @@ def _demo_pair(spec: Any, folder: Path, args: argparse.Namespace, out: TextIO) -
         return "failed"
     finally:
         bars.close()
+    _print_pair(spec, run, folder, args, out)
+    return "done"
+
+
+def _print_pair(spec: Any, run: Any, folder: Path, args: argparse.Namespace, out: TextIO) -> None:
+    """What the trained pair is, its last PPO iteration, its Pass@(K,T) tables and its files."""
+    from budget_envs import study
+
+    fam = spec.families[0]
     pair = run.pair
     refs = ", ".join([study.RANDOM, *spec.references])
     vis = "hidden" if pair.visibility == "hidden" else f"visible ({pair.visibility})"
@@ -230,6 +239,25 @@ def _demo_pair(spec: Any, folder: Path, args: argparse.Namespace, out: TextIO) -
             "to train again)",
             file=out,
         )
+    _print_pass_tables(pair, out)
+    same = "; ".join(f"{arm} {a} of {n}" for arm, (a, n) in pair.same_play.items())
+    print(
+        f"\nPaired episodes (same task, sample and episode seed) in which an arm played the same "
+        f"actions as {pair.base}: {same}.",
+        file=out,
+    )
+    figures = [] if args.no_figures else [*pair.figures, *run.report.figures]
+    if figures:
+        print("Figures: " + ", ".join(str(f) for f in figures), file=out)
+    print(
+        f"Trained arms: {folder / 'study.md'} (tables in {folder / 'tables'}, the comparisons in "
+        f"{folder / 'compare'}); {run.seconds:.0f} s.",
+        file=out,
+    )
+
+
+def _print_pass_tables(pair: Any, out: TextIO) -> None:
+    """Per K, Pass@(K,T) of every agent and each arm minus the base with its interval."""
     for k in pair.ks:
         print(
             f"\nPass@({k},T) on {pair.units} unseen tasks; each arm - {pair.base} with its 95% "
@@ -245,18 +273,3 @@ def _demo_pair(spec: Any, folder: Path, args: argparse.Namespace, out: TextIO) -
                 d, lo, hi = pair.diff[arm][k][j]
                 row.append(f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]")
             print("| " + " | ".join(row) + " |", file=out)
-    same = "; ".join(f"{arm} {a} of {n}" for arm, (a, n) in pair.same_play.items())
-    print(
-        f"\nPaired episodes (same task, sample and episode seed) in which an arm played the same "
-        f"actions as {pair.base}: {same}.",
-        file=out,
-    )
-    figures = [] if args.no_figures else [*pair.figures, *run.report.figures]
-    if figures:
-        print("Figures: " + ", ".join(str(f) for f in figures), file=out)
-    print(
-        f"Trained arms: {folder / 'study.md'} (tables in {folder / 'tables'}, the comparisons in "
-        f"{folder / 'compare'}); {run.seconds:.0f} s.",
-        file=out,
-    )
-    return "done"
