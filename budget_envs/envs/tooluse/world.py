@@ -189,8 +189,28 @@ def build_world(seed: int, n_customers: int = 240) -> World:
     rng = np.random.default_rng([0x70015E, seed])
     used: set[str] = set()
     world = World(seed=seed)
+    rows: dict[str, list[tuple]] = {"customers": [], "orders": [], "payments": [], "items": []}
+    rows["products"] = _draw_products(rng, used, world)
+    product_ids = list(world.products)
+    emails: set[str] = set()
+    for cid in _hex_ids(rng, "cus", n_customers, used):
+        _draw_customer(rng, used, world, cid, product_ids, emails, rows)
+    # Pre-existing refunds for the items generated as already refunded.
+    rows["refunds"] = [
+        (i.id, i.order_id, world.orders[i.order_id].payment_id, i.qty * i.price_cents)
+        for i in world.items.values()
+        if i.status == "refunded"
+    ]
+    conn = _template_db(rows)
+    if hasattr(conn, "serialize"):  # Python >= 3.11; otherwise episodes copy with backup()
+        world.image = conn.serialize()
+    world.template = conn
+    return world
 
-    # Products: models with colour x size variants; about one variant in six is out of stock.
+
+def _draw_products(rng: np.random.Generator, used: set[str], world: World) -> list[tuple]:
+    """Products into ``world``, and their rows: models with colour x size variants; about one
+    variant in six is out of stock."""
     product_rows = []
     model_names = [f"{a} {n}" for a in _ADJ for n in _NOUN]
     picks = rng.choice(len(model_names), size=40, replace=False)
@@ -209,109 +229,129 @@ def build_world(seed: int, n_customers: int = 240) -> World:
                 product_rows.append((p.id, model, model, color, size, price, stock))
                 k += 1
         world.models[model] = tuple(ids)
-    product_ids = list(world.products)
+    return product_rows
 
-    customer_rows, order_rows, payment_rows, item_rows = [], [], [], []
-    emails: set[str] = set()
-    cids = _hex_ids(rng, "cus", n_customers, used)
-    for cid in cids:
-        first = _FIRST[int(rng.integers(len(_FIRST)))]
-        last = _LAST[int(rng.integers(len(_LAST)))]
-        email = f"{first}.{last}{int(rng.integers(1, 100))}@example.com".lower()
-        while email in emails:
-            email = f"{first}.{last}{int(rng.integers(100, 1000))}@example.com".lower()
-        emails.add(email)
-        city = _CITIES[int(rng.integers(len(_CITIES)))]
-        n_orders = int(rng.integers(3, 26))
-        # Order kinds first, then distinct days inside each kind's range.
-        days_free = {
-            "pending": list(range(TODAY - 14, TODAY)),
-            "recent": list(range(TODAY - RETURN_WINDOW, TODAY - 14)),
-            "old": list(range(1, TODAY - RETURN_WINDOW)),
-        }
-        chosen = []
-        for _ in range(n_orders):
-            kind = ("pending", "recent", "old", "cancelled")[
-                int(rng.choice(4, p=[0.22, 0.3, 0.38, 0.1]))
-            ]
-            pool = days_free["old" if kind == "cancelled" else kind]
-            if not pool:
-                kind, pool = "old", days_free["old"]
-            day = pool.pop(int(rng.integers(len(pool))))
-            chosen.append((day, kind))
-        chosen.sort()
-        oids = _hex_ids(rng, "ord", n_orders, used)
-        pays = _hex_ids(rng, "pay", n_orders, used)
-        n_pages = (n_orders + PAGE_SIZE - 1) // PAGE_SIZE
-        cursors = [None] + _hex_ids(rng, "cur", n_pages - 1, used)
-        for seq, ((day, kind), oid, pay) in enumerate(zip(chosen, oids, pays)):
-            status = {"pending": "pending", "cancelled": "cancelled"}.get(kind, "delivered")
-            item_status = {"pending": "processing", "cancelled": "cancelled"}.get(kind, "delivered")
-            n_items = int(rng.integers(1, 5))
-            prods = rng.choice(len(product_ids), size=n_items, replace=False)
-            iids = _hex_ids(rng, "itm", n_items, used)
-            total = 0
-            for iid, p in zip(iids, prods):
-                prod = world.products[product_ids[int(p)]]
-                qty = 1 if rng.random() < 0.8 else 2
-                st = item_status
-                if st == "delivered" and rng.random() < 0.04:
-                    st = "refunded"
-                world.items[iid] = Item(iid, oid, prod.id, qty, prod.price_cents, st)
-                item_rows.append((iid, oid, prod.id, qty, prod.price_cents, st, None))
-                total += qty * prod.price_cents
-            method = _METHODS[int(rng.choice(3, p=[0.55, 0.27, 0.18]))]
-            address = (
-                f"{int(rng.integers(1, 300))} {_STREETS[int(rng.integers(len(_STREETS)))]} St, "
-                f"{city}"
-            )
-            carrier = _CARRIERS[int(rng.integers(len(_CARRIERS)))]
-            world.orders[oid] = Order(
-                oid,
-                cid,
-                seq,
-                seq // PAGE_SIZE + 1,
-                day,
-                status,
-                address,
-                pay,
-                method,
-                tuple(iids),
-            )
-            order_rows.append((oid, cid, seq, day, status, address, None, None, carrier))
-            payment_rows.append((pay, oid, method, total))
-        for k, cur in enumerate(cursors):
-            if cur is not None:
-                world.cursor_owner[cur] = (cid, k + 1)
-        world.customers[cid] = Customer(
-            cid, f"{first} {last}", email, city, tuple(oids), tuple(cursors)
-        )
-        world.email_to_customer[email] = cid
-        tier = ("bronze", "silver", "gold")[int(rng.integers(3))]
-        customer_rows.append(
-            (cid, f"{first} {last}", email, city, tier, int(rng.integers(0, 5000)))
-        )
-    # Pre-existing refunds for the items generated as already refunded.
-    refund_rows = [
-        (i.id, i.order_id, world.orders[i.order_id].payment_id, i.qty * i.price_cents)
-        for i in world.items.values()
-        if i.status == "refunded"
-    ]
 
+def _draw_customer(
+    rng: np.random.Generator,
+    used: set[str],
+    world: World,
+    cid: str,
+    product_ids: list[str],
+    emails: set[str],
+    rows: dict[str, list[tuple]],
+) -> None:
+    """One customer with their orders, payments and items, into ``world`` and ``rows``."""
+    first = _FIRST[int(rng.integers(len(_FIRST)))]
+    last = _LAST[int(rng.integers(len(_LAST)))]
+    email = f"{first}.{last}{int(rng.integers(1, 100))}@example.com".lower()
+    while email in emails:
+        email = f"{first}.{last}{int(rng.integers(100, 1000))}@example.com".lower()
+    emails.add(email)
+    city = _CITIES[int(rng.integers(len(_CITIES)))]
+    n_orders = int(rng.integers(3, 26))
+    chosen = _order_days(rng, n_orders)
+    oids = _hex_ids(rng, "ord", n_orders, used)
+    pays = _hex_ids(rng, "pay", n_orders, used)
+    n_pages = (n_orders + PAGE_SIZE - 1) // PAGE_SIZE
+    cursors = [None] + _hex_ids(rng, "cur", n_pages - 1, used)
+    for seq, ((day, kind), oid, pay) in enumerate(zip(chosen, oids, pays)):
+        status = {"pending": "pending", "cancelled": "cancelled"}.get(kind, "delivered")
+        item_status = {"pending": "processing", "cancelled": "cancelled"}.get(kind, "delivered")
+        iids, total = _draw_items(rng, used, world, oid, item_status, product_ids, rows["items"])
+        method = _METHODS[int(rng.choice(3, p=[0.55, 0.27, 0.18]))]
+        address = (
+            f"{int(rng.integers(1, 300))} {_STREETS[int(rng.integers(len(_STREETS)))]} St, {city}"
+        )
+        carrier = _CARRIERS[int(rng.integers(len(_CARRIERS)))]
+        world.orders[oid] = Order(
+            oid,
+            cid,
+            seq,
+            seq // PAGE_SIZE + 1,
+            day,
+            status,
+            address,
+            pay,
+            method,
+            tuple(iids),
+        )
+        rows["orders"].append((oid, cid, seq, day, status, address, None, None, carrier))
+        rows["payments"].append((pay, oid, method, total))
+    for k, cur in enumerate(cursors):
+        if cur is not None:
+            world.cursor_owner[cur] = (cid, k + 1)
+    world.customers[cid] = Customer(
+        cid, f"{first} {last}", email, city, tuple(oids), tuple(cursors)
+    )
+    world.email_to_customer[email] = cid
+    tier = ("bronze", "silver", "gold")[int(rng.integers(3))]
+    rows["customers"].append(
+        (cid, f"{first} {last}", email, city, tier, int(rng.integers(0, 5000)))
+    )
+
+
+def _order_days(rng: np.random.Generator, n_orders: int) -> list[tuple[int, str]]:
+    """A customer's orders as sorted (day, kind): the kinds first, then distinct days inside
+    each kind's range."""
+    days_free = {
+        "pending": list(range(TODAY - 14, TODAY)),
+        "recent": list(range(TODAY - RETURN_WINDOW, TODAY - 14)),
+        "old": list(range(1, TODAY - RETURN_WINDOW)),
+    }
+    chosen = []
+    for _ in range(n_orders):
+        kind = ("pending", "recent", "old", "cancelled")[
+            int(rng.choice(4, p=[0.22, 0.3, 0.38, 0.1]))
+        ]
+        pool = days_free["old" if kind == "cancelled" else kind]
+        if not pool:
+            kind, pool = "old", days_free["old"]
+        day = pool.pop(int(rng.integers(len(pool))))
+        chosen.append((day, kind))
+    chosen.sort()
+    return chosen
+
+
+def _draw_items(
+    rng: np.random.Generator,
+    used: set[str],
+    world: World,
+    oid: str,
+    item_status: str,
+    product_ids: list[str],
+    item_rows: list[tuple],
+) -> tuple[list[str], int]:
+    """One order's items, into ``world`` and ``item_rows``: their ids and the order's total."""
+    n_items = int(rng.integers(1, 5))
+    prods = rng.choice(len(product_ids), size=n_items, replace=False)
+    iids = _hex_ids(rng, "itm", n_items, used)
+    total = 0
+    for iid, p in zip(iids, prods):
+        prod = world.products[product_ids[int(p)]]
+        qty = 1 if rng.random() < 0.8 else 2
+        st = item_status
+        if st == "delivered" and rng.random() < 0.04:
+            st = "refunded"
+        world.items[iid] = Item(iid, oid, prod.id, qty, prod.price_cents, st)
+        item_rows.append((iid, oid, prod.id, qty, prod.price_cents, st, None))
+        total += qty * prod.price_cents
+    return iids, total
+
+
+def _template_db(rows: dict[str, list[tuple]]) -> sqlite3.Connection:
+    """The template database: the schema and every row, in one transaction."""
     conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
     conn.executescript(SCHEMA)
     conn.execute("BEGIN")
-    conn.executemany("INSERT INTO customers VALUES (?,?,?,?,?,?)", customer_rows)
-    conn.executemany("INSERT INTO products VALUES (?,?,?,?,?,?,?)", product_rows)
-    conn.executemany("INSERT INTO orders VALUES (?,?,?,?,?,?,?,?,?)", order_rows)
-    conn.executemany("INSERT INTO payments VALUES (?,?,?,?)", payment_rows)
-    conn.executemany("INSERT INTO order_items VALUES (?,?,?,?,?,?,?)", item_rows)
-    conn.executemany("INSERT INTO refunds VALUES (?,?,?,?)", refund_rows)
+    conn.executemany("INSERT INTO customers VALUES (?,?,?,?,?,?)", rows["customers"])
+    conn.executemany("INSERT INTO products VALUES (?,?,?,?,?,?,?)", rows["products"])
+    conn.executemany("INSERT INTO orders VALUES (?,?,?,?,?,?,?,?,?)", rows["orders"])
+    conn.executemany("INSERT INTO payments VALUES (?,?,?,?)", rows["payments"])
+    conn.executemany("INSERT INTO order_items VALUES (?,?,?,?,?,?,?)", rows["items"])
+    conn.executemany("INSERT INTO refunds VALUES (?,?,?,?)", rows["refunds"])
     conn.execute("COMMIT")
-    if hasattr(conn, "serialize"):  # Python >= 3.11; otherwise episodes copy with backup()
-        world.image = conn.serialize()
-    world.template = conn
-    return world
+    return conn
 
 
 _CACHE: dict[tuple[int, int], World] = {}
