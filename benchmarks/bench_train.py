@@ -7,10 +7,10 @@ Run: ``.venv/bin/python -m pytest benchmarks/bench_train.py --benchmark-only -p 
 For each family (ToolUse level 1, WebShop level 2, ALFWorld small scenes) three figures come from
 the same run:
 
-* ``new``: :func:`~budget_envs.integrations.rllib_train.train` with its defaults (packed scoring,
+* ``new``: :func:`~budget_envs.integrations.rllib.training.train` with its defaults (packed scoring,
   16 envs per runner with batched inference, one torch thread, 256 slots growing on demand,
   width 64, batch 1024 in minibatches of 512);
-* ``legacy``: the same call with :data:`~budget_envs.integrations.rllib_train.LEGACY_SPEED`, the
+* ``legacy``: the same call with :data:`~budget_envs.integrations.rllib.training.LEGACY_SPEED`, the
   configuration before those defaults (every slot scored, one env, 2048 slots, width 128, batch
   512, torch's threads), and for ALFWorld the env's reset cache off (``reset_cache=False``);
 * ``raw``: the family's env alone, random offered actions (``info["candidate_actions"]``), no
@@ -40,7 +40,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from budget_envs.integrations.rllib_train import LEGACY_SPEED, read_metrics, train  # noqa: E402
+from budget_envs.integrations.rllib.training import LEGACY_SPEED, read_metrics, train  # noqa: E402
 
 CASES = {
     "tooluse": ("BudgetMix/ToolUse-v0", {"level": 1}, 12, {}),

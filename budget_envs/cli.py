@@ -28,10 +28,11 @@ from budget_envs.commands.report import add_report_options, cmd_compare, cmd_rep
 from budget_envs.commands.serve import cmd_export_webshop, cmd_serve, cmd_serve_web
 from budget_envs.commands.serve import dispatch as _dispatch  # noqa: F401  (tests)
 from budget_envs.commands.study import cmd_study
-from budget_envs.commands.train import REPORT_TO_HELP, SFT_KWARGS_HELP, cmd_train
+from budget_envs.commands.train import REPORT_TO_HELP, SFT_KWARGS_HELP, cmd_train, iterations_help
 from budget_envs.commands.view import add_view_parser, cmd_view
 from budget_envs.errors import UsageError
 from budget_envs.hostcheck import add_host_policy_args
+from budget_envs.integrations import trainers
 
 __all__ = ["main"]
 
@@ -260,7 +261,12 @@ def build_parser() -> argparse.ArgumentParser:
         "rllib).",
     )
     t.add_argument("env_id", metavar="ENV_ID")
-    t.add_argument("--trainer", choices=("rllib", "trl", "sft"), default="rllib")
+    t.add_argument(
+        "--trainer",
+        choices=trainers.trainer_names(),
+        default=trainers.trainer_names()[0],
+        help="; ".join(f"{e.name}: {e.description}" for e in trainers.TRAINER_TABLE),
+    )
     t.add_argument(
         "--budget",
         default=None,
@@ -275,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--iterations",
         type=int,
         default=None,
-        help="PPO iterations (rllib, default 50) or GRPO steps (trl, default 20) in total",
+        help=iterations_help(trainers.TRAINER_TABLE),
     )
     t.add_argument("--out", required=True, metavar="DIR", help="policy folder to write")
     t.add_argument(
@@ -322,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     rl = t.add_argument_group("RLlib only (a usage error with --trainer trl)")
     rl.add_argument("--gamma", type=float, default=None, help="discount (default 0.99)")
     rl.add_argument("--resume", action="store_true", help="continue the checkpoint in DIR")
-    rl.add_argument("--max-actions", type=int, default=None, help="action slots (default 512)")
+    rl.add_argument("--max-actions", type=int, default=None, help="action slots (default 256)")
     rl.add_argument(
         "--process-max-cost",
         type=int,
@@ -377,9 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--workers", type=int, default=2, help="processes / Ray CPUs (default 2)")
     st.add_argument(
         "--trainer",
-        choices=("rllib", "trl"),
-        default="rllib",
-        help="rllib (default): the action-scoring PPO policy; trl: an LLM policy trained with GRPO",
+        choices=trainers.study_trainers(),
+        default=trainers.study_trainers()[0],
+        help="; ".join(f"{e.name}: {e.description}" for e in trainers.TRAINER_TABLE if e.study),
     )
     st.add_argument(
         "--model",

@@ -3,7 +3,7 @@
 ``Featurizer`` is tuned for speed (bucket counts with ``np.bincount``, the observation split into
 words once, the history vector kept while the last actions stay the same, per-action token
 caches). This test recomputes every array of every state with the slow, literal rules of
-:mod:`budget_envs.integrations.rllib_features`'s docstring and asserts they are the same bit for
+:mod:`budget_envs.integrations.rllib.features`'s docstring and asserts they are the same bit for
 bit, on seeded random play of every registered id, with the budget hidden and shown.
 """
 
@@ -20,7 +20,7 @@ import pytest
 from budget_envs.registry import registered_ids
 
 import budget_envs  # noqa: F401
-from budget_envs.integrations.rllib_features import (
+from budget_envs.integrations.rllib.features import (
     N_ACTION_FEATS,
     FeatureSpec,
     Featurizer,

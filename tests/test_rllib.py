@@ -22,7 +22,7 @@ from budget_envs.integrations.rllib import (
     hash_features,
     ppo_config,
 )
-from budget_envs.integrations.rllib_features import FeatureSpec, Featurizer
+from budget_envs.integrations.rllib.features import FeatureSpec, Featurizer
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = "BudgetMixTest/Toy-v0"
@@ -254,6 +254,34 @@ def test_module_scores_every_offered_action_and_masks_the_rest():
     assert pickle.loads(pickle.dumps(rl.ActionScoringTorchModule)) is rl.ActionScoringTorchModule
 
 
+def test_a_checkpoint_pickled_before_the_package_finds_its_classes():
+    """RLlib pickles the module class and the callback by reference: a checkpoint written when
+    they lived in ``budget_envs.integrations.rllib_module`` names that module. The trusted
+    loader aliases the old name to the module that holds them now (a fresh interpreter: the
+    old name is unknown until then)."""
+    code = (
+        "import pickle\n"
+        "old = b'cbudget_envs.integrations.rllib_module\\nActionScoringTorchModule\\n.'\n"
+        "try:\n"
+        "    pickle.loads(old)\n"
+        "    raise SystemExit('the old name resolved before the alias')\n"
+        "except ModuleNotFoundError:\n"
+        "    pass\n"
+        "from budget_envs.integrations import rllib as rl\n"
+        "from budget_envs.integrations.rllib.weights import alias_moved_modules\n"
+        "alias_moved_modules()\n"
+        "assert pickle.loads(old) is rl.ActionScoringTorchModule\n"
+        "callback = old.replace(b'ActionScoringTorchModule', b'BudgetMetricsCallback')\n"
+        "assert pickle.loads(callback) is rl.BudgetMetricsCallback\n"
+        "print('ALIASED')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ALIASED" in proc.stdout
+
+
 def test_ppo_two_iterations_with_a_remote_runner(ray_session):
     """A remote env runner (its own process) builds the env from the installed package; the
     callback's metrics come back."""
@@ -279,7 +307,7 @@ def _trained(out: Path) -> tuple[dict, list, dict]:
 
     from ray.rllib.core.rl_module.rl_module import RLModule
 
-    from budget_envs.integrations.rllib_train import module_path, read_metrics
+    from budget_envs.integrations.rllib.training import module_path, read_metrics
 
     meta = json.loads((out / "policy.json").read_text())
     rows = [{k: v for k, v in r.items() if k != "wall_s"} for r in read_metrics(out)]
@@ -293,7 +321,7 @@ def test_default_runners_spread_sampling_and_repeat_a_seed(ray_session, tmp_path
     the same seed give the same metrics and the same weights (runners' envs are seeded by their
     index, so the runner count is part of what a seed trains). A batch smaller than the default
     minibatch trains in minibatches of the batch."""
-    from budget_envs.integrations.rllib_train import auto_env_runners, train
+    from budget_envs.integrations.rllib.training import auto_env_runners, train
 
     assert auto_env_runners() == 2
     runs = []
@@ -322,7 +350,7 @@ def test_default_runners_spread_sampling_and_repeat_a_seed(ray_session, tmp_path
 
 
 def test_minibatch_larger_than_the_batch_is_a_clear_error(tmp_path):
-    from budget_envs.integrations.rllib_train import train
+    from budget_envs.integrations.rllib.training import train
 
     with pytest.raises(ValueError, match=r"minibatch_size \(300\) must be at most"):
         train(
@@ -336,7 +364,7 @@ def test_local_ray_workers_run_at_the_drivers_priority():
     runners are not starved on a busy machine (a fresh process: Ray reads it at start)."""
     code = (
         "import os, ray\n"
-        "from budget_envs.integrations.rllib_train import start_local_ray\n"
+        "from budget_envs.integrations.rllib.training import start_local_ray\n"
         "start_local_ray(1)\n"
         "nice = ray.get(ray.remote(lambda: os.nice(0)).remote())\n"
         "print('NICE', nice, os.nice(0))\n"

@@ -90,7 +90,7 @@ def test_slots_grow_when_a_state_offers_more_than_the_policy_has(tmp_path, runne
     import json
 
     from budget_envs.eval.agents import make_agent
-    from budget_envs.integrations.rllib_train import read_metrics, train
+    from budget_envs.integrations.rllib.training import read_metrics, train
 
     out = tmp_path / "p"
     train(

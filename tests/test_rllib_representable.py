@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from budget_envs.registry import registered_ids
 
-from budget_envs.integrations.rllib_coverage import candidate_coverage, state_ok
-from budget_envs.integrations.rllib_features import offered_actions
+from budget_envs.integrations.rllib.coverage import candidate_coverage, state_ok
+from budget_envs.integrations.rllib.features import offered_actions
 
 IDS = [i for i in registered_ids() if i.startswith("BudgetMix/")]
 

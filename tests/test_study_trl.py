@@ -161,7 +161,7 @@ def test_the_eval_stage_plays_every_arm_as_a_policy_agent(toy, monkeypatch):
     root = policy_root(out, fam, VIS, SEED)
     for arm in spec.arms:
         agent = make_agent(f"policy:{root / arm}")
-        assert agent._hf is not None and agent._hf.settings["visibility"] == VIS
+        assert agent.trainer == "trl" and agent.player.settings["visibility"] == VIS
     # one worker: the episodes run in this process, which loads each policy once
     assert eval_stage(spec, out, workers=1) == [records_path(out, fam, VIS, SEED)]
     with gzip.open(records_path(out, fam, VIS, SEED), "rt") as fh:

@@ -237,7 +237,7 @@ def test_warm_start_fits_the_oracle_and_plays_in_eval(tmp_path):
 
 
 def test_demonstrations_are_labelled_by_the_oracle():
-    from budget_envs.integrations import rllib_warmstart as ws
+    from budget_envs.integrations.rllib import warmstart as ws
 
     config = {"env_id": ENV_ID, "budget": 12, "max_actions": 256, "env_kwargs": TRAIN_KW}
     demos = ws.collect_demonstrations(config, episodes=6, explore=0.0, seed=3)

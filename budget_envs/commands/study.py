@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from budget_envs.commands.common import StageBars, missing_modules, pip_extra
 from budget_envs.errors import UsageError
+from budget_envs.integrations.trainers import trainer_entry
 
 if TYPE_CHECKING:
     from budget_envs.study import StudySpec
@@ -43,11 +44,12 @@ def cmd_study(args: argparse.Namespace, out: TextIO) -> int:
         spec = study.StudySpec.from_json(json.loads(saved.read_text(encoding="utf-8")))
     else:
         spec = _pick_spec(args)
-    if not args.report_only and spec.trainer == "trl":
-        if missing_modules("torch", "transformers", "trl"):
-            raise UsageError(f"the study trains with TRL (--trainer trl): {pip_extra('trl')}")
-    elif not args.report_only and missing_modules("ray", "torch"):
-        raise UsageError(f"the study trains with RLlib: {pip_extra('rllib')}")
+    entry = trainer_entry(spec.trainer)
+    if not args.report_only and missing_modules(*entry.modules):
+        raise UsageError(
+            f"the study trains with --trainer {entry.name}, which needs the {entry.requires} "
+            f"extra: {pip_extra(entry.requires)}"
+        )
     from budget_envs.integrations.tracking import check_report_to
 
     try:

@@ -1,5 +1,8 @@
-"""``budgetmix train``: RLlib PPO or TRL GRPO into a policy folder that ``budgetmix eval --agent
-NAME=policy:DIR`` plays; the flags of one trainer are a usage error with the other."""
+"""``budgetmix train``: a trainer of the trainer table (RLlib PPO, TRL GRPO, SFT) into a policy
+folder that ``budgetmix eval --agent NAME=policy:DIR`` plays; the flags of one trainer are a
+usage error with another. The table (:mod:`budget_envs.integrations.trainers`) gives each
+trainer's default iterations, its pip extra and its train function; this module maps the
+command's flags onto each trainer's settings."""
 
 from __future__ import annotations
 
@@ -7,13 +10,15 @@ import argparse
 import json
 import sys
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
 from budget_envs.commands.common import StageBars, check_env_ids, missing_modules, pip_extra
 from budget_envs.errors import TooManyActions, UsageError
+from budget_envs.integrations.trainers import TrainerEntry, trainer_entry
 
-__all__ = ["REPORT_TO_HELP", "SFT_KWARGS_HELP", "cmd_train"]
+__all__ = ["REPORT_TO_HELP", "SFT_KWARGS_HELP", "cmd_train", "iterations_help"]
 
 REPORT_TO_HELP = (
     "also log every metrics.csv row to tensorboard (OUT/runs/), wandb (OUT/wandb/, offline "
@@ -28,7 +33,7 @@ SFT_KWARGS_HELP = (
 )
 
 #: The options only the RLlib trainer takes (None in the parser: given or not); their defaults
-#: are those of :func:`budget_envs.integrations.rllib_train.train`.
+#: are those of :class:`budget_envs.integrations.rllib.config.RLlibTrainConfig`.
 _RLLIB_ONLY = (
     "gamma",
     "max_actions",
@@ -42,7 +47,8 @@ _RLLIB_ONLY = (
     "warm_start_epochs",
     "warm_start_explore",
 )
-#: Options both trainers take: the RLlib ``train`` keyword and TRL's (each trainer's own default).
+#: Options both trainers take: the RLlib config's field and TRL's keyword (each trainer's own
+#: default).
 _SHARED = {
     "batch_size": ("train_batch_size", "batch_size"),
     "lr": ("lr", "learning_rate"),
@@ -51,16 +57,37 @@ _SHARED = {
     "process_reward": ("process_reward", "process_reward"),
     "checkpoint_every": ("checkpoint_every", "checkpoint_every"),
 }
-#: Iterations when --iterations is not given: PPO iterations (rllib), GRPO steps (trl).
-DEFAULT_ITERATIONS = {"rllib": 50, "trl": 20, "sft": None}
 
 
 def _flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
+def iterations_help(entries: Iterable[TrainerEntry]) -> str:
+    """``--iterations``' help: each trainer's unit and default, from the table's rows.
+
+    >>> from budget_envs.integrations.trainers import TRAINER_TABLE
+    >>> iterations_help(TRAINER_TABLE[:2])
+    'in total: PPO iterations (rllib, default 50), GRPO steps (trl, default 20)'
+    """
+    parts = []
+    for e in entries:
+        default = "its own" if e.default_iterations is None else e.default_iterations
+        parts.append(f"{e.unit} ({e.name}, default {default})")
+    return "in total: " + ", ".join(parts)
+
+
+def _check_extra(entry: TrainerEntry) -> None:
+    """A usage error naming the pip extra when a module of the trainer's extra is missing."""
+    if missing_modules(*entry.modules):
+        raise UsageError(
+            f"--trainer {entry.name} needs the {entry.requires} extra: {pip_extra(entry.requires)}"
+        )
+
+
 def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
-    """``budgetmix train``: RLlib PPO or TRL, into a policy folder ``--agent p=policy:DIR`` plays."""
+    """``budgetmix train``: the trainer's row of the table, into a policy folder ``--agent
+    p=policy:DIR`` plays."""
     check_env_ids([args.env_id])
     from budget_envs.integrations.common import DEFAULT_BUDGET
 
@@ -78,6 +105,7 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
         check_report_to(args.report_to)
     except ValueError as exc:
         raise UsageError(f"--report-to: {exc}") from None
+    entry = trainer_entry(args.trainer)
     common = dict(
         report_to=args.report_to,
         budget=budget,
@@ -85,13 +113,9 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
         env_kwargs=args.env_kwargs or {},
         seed=args.seed,
         out_dir=args.out,
-        iterations=DEFAULT_ITERATIONS[args.trainer] if args.iterations is None else args.iterations,
+        iterations=entry.default_iterations if args.iterations is None else args.iterations,
     )
-    if args.trainer == "trl":
-        return _train_trl(args, common, out)
-    if args.trainer == "sft":
-        return _train_sft(args, common, out)
-    return _train_rllib(args, common, out)
+    return _RUNS.get(entry.name, _train_other)(args, entry, common, out)
 
 
 def _eval_hint(args: argparse.Namespace, folder: Any) -> str:
@@ -104,7 +128,9 @@ def _eval_hint(args: argparse.Namespace, folder: Any) -> str:
     )
 
 
-def _train_sft(args: argparse.Namespace, common: dict[str, Any], out: TextIO) -> int:
+def _train_sft(
+    args: argparse.Namespace, entry: TrainerEntry, common: dict[str, Any], out: TextIO
+) -> int:
     """``--trainer sft``: TRL's SFTTrainer on oracle demonstrations, rendered as the lm agent
     plays (:func:`budget_envs.integrations.lm.sft.train_sft`)."""
     given = [k for k in _RLLIB_ONLY if getattr(args, k, None) is not None]
@@ -114,9 +140,8 @@ def _train_sft(args: argparse.Namespace, common: dict[str, Any], out: TextIO) ->
     if given:
         flags = ", ".join(_flag(k) for k in given)
         raise UsageError(f"{flags}: not an option of --trainer sft (its settings: --sft-kwargs)")
-    if missing_modules("trl", "peft"):
-        raise UsageError(f"--trainer sft needs the lm extra: {pip_extra('lm')}")
-    from budget_envs.integrations.lm.sft import SFTSettings, train_sft
+    _check_extra(entry)
+    settings_class, train_sft = entry.config_class(), entry.train_function()
 
     values = dict(args.sft_kwargs or {})
     for flag, key in (("batch_size", "batch_size"), ("lr", "learning_rate")):
@@ -127,7 +152,7 @@ def _train_sft(args: argparse.Namespace, common: dict[str, Any], out: TextIO) ->
     if args.iterations is not None:
         values["max_steps"] = args.iterations
     try:
-        settings = SFTSettings.from_mapping(values)
+        settings = settings_class.from_mapping(values)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"--sft-kwargs: {exc}") from None
     import datasets
@@ -195,13 +220,14 @@ def _train_sft(args: argparse.Namespace, common: dict[str, Any], out: TextIO) ->
     return 0
 
 
-def _train_rllib(args: argparse.Namespace, common: dict[str, Any], out: TextIO) -> int:
+def _train_rllib(
+    args: argparse.Namespace, entry: TrainerEntry, common: dict[str, Any], out: TextIO
+) -> int:
     if args.sft_kwargs is not None:
         raise UsageError("--sft-kwargs is for --trainer sft")
     if args.trl_kwargs is not None:
         raise UsageError("--trl-kwargs is for --trainer trl; --trainer rllib takes its own flags")
-    if missing_modules("ray", "torch"):
-        raise UsageError(f"--trainer rllib needs the rllib extra: {pip_extra('rllib')}")
+    _check_extra(entry)
     opts = {k: getattr(args, k) for k in _RLLIB_ONLY if getattr(args, k, None) is not None}
     opts.update(
         {
@@ -226,17 +252,10 @@ def _train_rllib(args: argparse.Namespace, common: dict[str, Any], out: TextIO) 
     warm_bars = StageBars(
         enabled=not args.quiet, label="warm start: {}", units={"collect": "ep"}, unit="epoch"
     )
-    from budget_envs.integrations.rllib_train import train
-
+    train, config_class = entry.train_function(), entry.config_class()
     try:
-        result = train(
-            args.env_id,
-            **common,
-            progress=progress,
-            resume=args.resume,
-            warm_start_progress=warm_bars,
-            **opts,
-        )
+        config = config_class(**common, resume=args.resume, **opts)
+        result = train(args.env_id, config, progress=progress, warm_start_progress=warm_bars)
     except (FileExistsError, FileNotFoundError, ValueError, TypeError, TooManyActions) as exc:
         raise UsageError(str(exc)) from None
     finally:
@@ -282,7 +301,9 @@ class _GRPOBar:
             self.bar.close()
 
 
-def _train_trl(args: argparse.Namespace, common: dict[str, Any], out: TextIO) -> int:
+def _train_trl(
+    args: argparse.Namespace, entry: TrainerEntry, common: dict[str, Any], out: TextIO
+) -> int:
     import inspect
 
     if args.sft_kwargs is not None:
@@ -295,16 +316,14 @@ def _train_trl(args: argparse.Namespace, common: dict[str, Any], out: TextIO) ->
             f"{flags}: RLlib option(s) that --trainer trl does not take (its settings go in "
             "--trl-kwargs JSON; see budgetmix train --help)"
         )
-    if missing_modules("trl"):
-        raise UsageError(f"--trainer trl needs the trl extra: {pip_extra('trl')}")
-    from budget_envs.integrations import trl as trl_mod
-
-    fn = getattr(trl_mod, "train", None)
+    _check_extra(entry)
+    try:
+        fn = entry.train_function()
+    except AttributeError:
+        fn = None
     if not callable(fn):
-        raise UsageError(
-            "--trainer trl: this install's budget_envs.integrations.trl has no train() yet"
-        )
-    policy_file = trl_mod.POLICY_FILE
+        raise UsageError(f"--trainer trl: this install has no {entry.train} yet")
+    policy_file = entry.policy_file
     options = {
         name: getattr(args, dest)
         for dest, (_, name) in _SHARED.items()
@@ -358,3 +377,29 @@ def _train_trl(args: argparse.Namespace, common: dict[str, Any], out: TextIO) ->
         file=out,
     )
     return 0
+
+
+def _train_other(
+    args: argparse.Namespace, entry: TrainerEntry, common: dict[str, Any], out: TextIO
+) -> int:
+    """A trainer of the table that the command maps no flags of its own onto: its train
+    function with the options every trainer takes."""
+    given = [k for k in (*_RLLIB_ONLY, *_SHARED) if getattr(args, k, None) is not None]
+    given += ["resume"] if args.resume else []
+    given += [k for k in ("trl_kwargs", "sft_kwargs") if getattr(args, k, None) is not None]
+    if given:
+        flags = ", ".join(_flag(k) for k in given)
+        raise UsageError(f"{flags}: not an option of --trainer {entry.name}")
+    _check_extra(entry)
+    options = {k: v for k, v in common.items() if v is not None or k != "iterations"}
+    try:
+        entry.train_function()(args.env_id, **options)
+    except (FileExistsError, FileNotFoundError, ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
+    print(f"Policy in {args.out}.\nNext: {_eval_hint(args, args.out)}", file=out)
+    return 0
+
+
+#: How the command maps its flags onto each trainer of the table (any other row:
+#: :func:`_train_other`).
+_RUNS = {"rllib": _train_rllib, "trl": _train_trl, "sft": _train_sft}

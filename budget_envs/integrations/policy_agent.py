@@ -4,14 +4,19 @@ Eval names this agent by entry point only (the ``policy`` row of
 :data:`budget_envs.eval.agents.AGENT_KINDS`): it lives here, beside the training code whose
 models it loads, so eval imports nothing of the integrations.
 
-``DIR`` is what ``budgetmix train`` wrote. For ``--trainer rllib`` that is ``policy.json`` plus
-``module.safetensors`` (and RLlib's checkpoint, which the agent does not read): the agent builds
-the RLModule from those two files alone (no pickle is read, no Ray cluster starts; a folder that
-would need RLlib's pickled checkpoint is refused unless ``trust=true``, see
-:mod:`budget_envs.integrations.rllib_weights`), renders every state with the same
-:class:`~budget_envs.integrations.rllib_features.Featurizer` settings as in training and scores
-the offered actions. A Hugging Face model folder (``config.json``) is handed to the TRL
-integration's ``load_policy(DIR, **options)``.
+``DIR`` is what ``budgetmix train`` wrote. The trainer table
+(:mod:`budget_envs.integrations.trainers`) says which trainer wrote it (the ``"trainer"`` key of
+the policy file the folder holds, :func:`~budget_envs.integrations.trainers.read_policy_folder`)
+and which loader plays it:
+
+* ``--trainer rllib`` (``policy.json`` plus ``module.safetensors``):
+  :class:`~budget_envs.integrations.rllib.agent.RLlibPolicy` builds the RLModule from those two
+  files alone (no pickle is read, no Ray cluster starts; a folder that would need RLlib's
+  pickled checkpoint is refused unless ``trust=true``, see
+  :mod:`budget_envs.integrations.rllib.weights`) and scores the offered actions;
+* ``--trainer trl`` and ``--trainer sft`` (a Hugging Face model folder with
+  ``budgetmix_policy.json``): :mod:`budget_envs.integrations.hf_policy` hands it to the TRL
+  integration's ``load_policy`` or, for what SFT wrote, to the ``lm`` agent.
 
 A policy trained budget-hidden must not see the budget, and one trained with the budget shown is
 meaningless without it: the agent refuses (``AgentError`` at the episode's start) when the
@@ -24,16 +29,13 @@ which updates the same episode history that the policy's own actions do.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from budget_envs.errors import AgentError
+from budget_envs.integrations.trainers import read_policy_folder
 
 __all__ = ["PolicyAgent"]
 
@@ -51,7 +53,12 @@ class PolicyAgent:
         trust: allow a folder that can only load by unpickling (an RLlib checkpoint without
             ``module.safetensors``): unpickling runs any code the file names, so only for a
             folder you trained yourself (``--trust-policy`` on the command line).
-        name: the agent's name in records (default ``policy:<folder name>``).
+        name: the agent's name in records (default: the loader's, ``policy:<folder name>``).
+
+    Attributes:
+        trainer: the name of the trainer that wrote the folder (its row of the trainer table).
+        meta: the folder's policy file, parsed.
+        player: the agent the trainer's policy loader built; this one delegates to it.
     """
 
     def __init__(
@@ -81,123 +88,29 @@ class PolicyAgent:
         self.greedy = greedy
         self.check_visibility = check_visibility
         self.trust = trust
-        self.name = name or f"policy:{folder.name}"
-        meta_file = folder / "policy.json"
-        self._hf = None
-        if meta_file.exists():
-            try:
-                self.meta = json.loads(meta_file.read_text())
-            except ValueError as exc:
-                raise ValueError(f"{meta_file} is not valid JSON ({exc})") from None
-            if self.meta.get("trainer") != "rllib":
-                raise ValueError(
-                    f"{meta_file}: trainer {self.meta.get('trainer')!r} is not an RLlib policy"
-                )
-            from budget_envs.integrations.rllib_weights import check_loadable
-
-            check_loadable(folder, trust=trust)  # refused now, before any episode
-        elif (folder / "config.json").exists():
-            self.meta = {"trainer": "hf"}
-            self._hf = self._load_hf(folder)
-            self.name = name or self._hf.name
-        else:
-            raise ValueError(
-                f"{folder} is neither a policy folder of `budgetmix train` (policy.json) nor a "
-                "Hugging Face model folder (config.json)"
-            )
+        entry, self.meta = read_policy_folder(folder)
+        self.trainer = entry.name
         self.visibility = self.meta.get("visibility")
-        self._module: Any = None
-        self._featurizer: Any = None
-        self._actions: list[str] = []
-        self._rng = np.random.default_rng(seed)
-
-    def _load_hf(self, folder: Path) -> Any:
-        trained = folder / "budgetmix_policy.json"
-        if trained.is_file():
-            try:
-                meta = json.loads(trained.read_text(encoding="utf-8"))
-            except ValueError as exc:
-                raise ValueError(f"{trained} is not valid JSON ({exc})") from None
-            if isinstance(meta, dict) and (
-                meta.get("trainer") == "sft" or meta.get("render") == "lm"
-            ):
-                # What `--trainer sft` wrote (and GRPO resumed from it) plays as the lm agent.
-                from budget_envs.integrations.lm.agent import LMAgent
-
-                return LMAgent(
-                    model=str(folder),
-                    seed=self.seed,
-                    check_visibility=self.check_visibility,
-                    show_actions=bool((meta.get("settings") or meta).get("show_actions", True)),
-                    temperature=0.0 if self.greedy else 0.7,
-                    name=f"policy:{folder.name}",
-                )
-        try:
-            from budget_envs.integrations import trl
-        except ImportError as exc:
-            raise ValueError(
-                f"{folder}: a Hugging Face policy needs the TRL extra ({exc})"
-            ) from None
-        load = getattr(trl, "load_policy", None)
-        if not callable(load):
-            raise ValueError(
-                f"{folder} is a Hugging Face model folder, but this install's TRL integration "
-                "has no load_policy() to play it"
-            )
-        return load(str(folder), seed=self.seed, check_visibility=self.check_visibility)
-
-    # -- the module does not pickle cheaply: worker processes load their own copy
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_module"] = None
-        return state
-
-    def _load(self) -> None:
-        from budget_envs._util import require
-        from budget_envs.integrations.rllib_features import FeatureSpec, Featurizer
-        from budget_envs.integrations.rllib_weights import load_module
-
-        require("ray", "ray.rllib", "torch", extra="rllib", what="an RLlib policy agent")
-        try:
-            self._module = load_module(self.path, self.meta, trust=self.trust)
-        except ValueError as exc:
-            raise AgentError(str(exc)) from None
-        self._featurizer = Featurizer(FeatureSpec.from_dict(self.meta["features"]))
+        load = entry.policy_loader()
+        self.player = load(
+            folder,
+            self.meta,
+            seed=seed,
+            greedy=greedy,
+            check_visibility=check_visibility,
+            trust=trust,
+        )
+        self.name = name or getattr(self.player, "name", None) or f"policy:{folder.name}"
 
     def reset(self, *, env_id: str, observation: str, info: Mapping[str, Any], seed: int) -> None:
-        if self._hf is not None:
-            self._hf.reset(env_id=env_id, observation=observation, info=info, seed=seed)
-            return
-        if self.check_visibility:
-            from budget_envs.integrations.common import check_trained_visibility
-
-            check_trained_visibility(self.name, self.visibility, info)
-        if self._module is None:
-            self._load()
-        self._featurizer.reset(info.get("goal", ""))
-        self._featurizer.observe(observation)
-        self._rng = np.random.default_rng([self.seed, int(seed) % 2**32])
+        self.player.reset(env_id=env_id, observation=observation, info=info, seed=seed)
 
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
-        if self._hf is not None:
-            return self._hf.act(observation, info)
-        from budget_envs.integrations.rllib_module import score_actions
-
-        # One row per offered action: the module scores any number, so a state with more actions
-        # than the training's slots is still played.
-        arrays, actions = self._featurizer.encode(observation, info, exact=True)
-        probs = score_actions(self._module, arrays, len(actions))
-        k = int(np.argmax(probs)) if self.greedy else int(self._rng.choice(len(probs), p=probs))
-        action = actions[k] if k < len(actions) else ""
-        self._featurizer.record(action)
-        return action
+        return self.player.act(observation, info)
 
     def teacher_force(self, action: str, observation: str, info: Mapping[str, Any]) -> None:
-        """An action chosen by someone else ran, and ``observation`` followed."""
-        if self._hf is not None:
-            fn = getattr(self._hf, "teacher_force", None)
-            if fn is not None:
-                fn(action, observation, info)
-            return
-        self._featurizer.record(action)
-        self._featurizer.observe(observation)
+        """An action chosen by someone else ran, and ``observation`` followed (passed on to the
+        player when it can replay a prefix)."""
+        force = getattr(self.player, "teacher_force", None)
+        if force is not None:
+            force(action, observation, info)

@@ -108,7 +108,7 @@ def pair_summary(
         pairs = sorted(set(plays[base]) & set(plays[arm]))
         same = sum(1 for key in pairs if plays[base][key] == plays[arm][key])
         same_play[arm] = (same, len(pairs))
-    from budget_envs.integrations.rllib_train import read_metrics
+    from budget_envs.integrations.rllib.training import read_metrics
 
     training = {}
     for arm in arms:

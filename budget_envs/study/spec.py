@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from budget_envs.integrations.trainers import study_trainers
+
 #: The arms, in report order: name -> what it is. ``base`` is the starting checkpoint every
 #: other arm resumes (imitation of oracle episodes, no RL); the others add PPO under their budget.
 ARMS: dict[str, str] = {
@@ -138,8 +140,10 @@ class StudySpec:
     ``visible_seeds`` are the seeds run with the budget visible (None: all of ``seeds``);
     ``curve`` is the (family, seed) whose ``fixed_generous`` checkpoints at the family's
     ``curve_iterations`` are evaluated beside the arms (the learning curve; None: none).
-    ``trainer`` is ``"rllib"`` (the action-scoring policy) or ``"trl"`` (an LLM policy, trained
-    from ``model``: ``"tiny"``, the offline tiny model, or a Hugging Face model name or path).
+    ``trainer`` is a row of the trainer table that the study trains with
+    (:func:`~budget_envs.integrations.trainers.study_trainers`): ``"rllib"`` (the action-scoring
+    policy) or ``"trl"`` (an LLM policy, trained from ``model``: ``"tiny"``, the offline tiny
+    model, or a Hugging Face model name or path).
     """
 
     families: list[Family]
@@ -184,8 +188,11 @@ class StudySpec:
             raise ValueError("a study needs at least one seed")
         if self.visible_seeds is not None and not set(self.visible_seeds) <= set(self.seeds):
             raise ValueError(f"visible_seeds must be among seeds {self.seeds!r}")
-        if self.trainer not in ("rllib", "trl"):
-            raise ValueError(f"trainer must be 'rllib' or 'trl', got {self.trainer!r}")
+        if self.trainer not in study_trainers():
+            raise ValueError(
+                f"trainer must be one the study trains with {study_trainers()}, "
+                f"got {self.trainer!r}"
+            )
         if self.curve is not None:
             fam, seed = self.curve
             if fam not in [f.name for f in self.families] or seed not in self.seeds:

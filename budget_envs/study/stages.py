@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from budget_envs.integrations.trainers import trainer_entry
 from budget_envs.study.folder import (
     agent_name,
     compare_dir,
@@ -31,7 +32,7 @@ Progress = Callable[[str, int, int], None]
 
 def _trained(policy_dir: Path, iterations: int) -> bool:
     """Whether ``policy_dir`` holds a policy with its ``iterations`` PPO iterations done."""
-    from budget_envs.integrations.rllib_train import POLICY_FILE, read_metrics
+    from budget_envs.integrations.rllib.training import POLICY_FILE, read_metrics
 
     if not (policy_dir / POLICY_FILE).exists():
         return False
@@ -100,8 +101,27 @@ def train_stage(
     num_cpus: int = 2,
     report_to: str | None = None,
 ) -> list[Path]:
-    """Train every (family, visibility, seed, arm) policy that is not finished yet
-    (``report_to``: also log each policy's metrics rows to TensorBoard and/or W&B).
+    """Train every (family, visibility, seed, arm) policy that is not finished yet with the
+    spec's trainer, by its stage in :data:`TRAIN_STAGES` (``report_to``: also log each policy's
+    metrics rows to TensorBoard and/or W&B); return the policy folders."""
+    stage = TRAIN_STAGES.get(spec.trainer)
+    if stage is None:
+        raise ValueError(
+            f"the study has no train stage for trainer {spec.trainer!r} "
+            f"(it has one for {sorted(TRAIN_STAGES)})"
+        )
+    return stage(spec, out, progress=progress, num_cpus=num_cpus, report_to=report_to)
+
+
+def _train_stage_rllib(
+    spec: StudySpec,
+    out: Path,
+    *,
+    progress: Progress | None,
+    num_cpus: int,
+    report_to: str | None,
+) -> list[Path]:
+    """The RLlib train stage.
 
     Every arm of one (family, visibility, seed) starts from the same checkpoint, the base: a
     warm start on oracle episodes only (no random turns), played at the generous T. ``base`` is
@@ -110,11 +130,7 @@ def train_stage(
     (family, seed), the ``fixed_generous`` policy is copied at each of ``curve_iterations``
     (budget hidden), so the learning curve is evaluated on the same unseen tasks.
     """
-    if spec.trainer == "trl":
-        from budget_envs.study.trl_stage import train_stage_trl
-
-        return train_stage_trl(spec, out, progress=progress, report_to=report_to)
-    from budget_envs.integrations.rllib_train import start_local_ray, train
+    from budget_envs.integrations.rllib.training import start_local_ray, train
 
     jobs = _train_jobs(spec, out)
     total = len(jobs) * len(spec.arms)
@@ -197,6 +213,28 @@ def train_stage(
     return policies
 
 
+def _train_stage_trl(
+    spec: StudySpec,
+    out: Path,
+    *,
+    progress: Progress | None,
+    num_cpus: int,
+    report_to: str | None,
+) -> list[Path]:
+    """The TRL train stage (:func:`~budget_envs.study.trl_stage.train_stage_trl`)."""
+    from budget_envs.study.trl_stage import train_stage_trl
+
+    return train_stage_trl(spec, out, progress=progress, report_to=report_to)
+
+
+#: The train stage of each trainer the study takes (the trainer table's ``study`` rows:
+#: :func:`~budget_envs.integrations.trainers.study_trainers`).
+TRAIN_STAGES: dict[str, Callable[..., list[Path]]] = {
+    "rllib": _train_stage_rllib,
+    "trl": _train_stage_trl,
+}
+
+
 def eval_plans(spec: StudySpec, out: Path, fam: Family, vis: str, seed: int) -> dict[str, Any]:
     """The eval runs of (family, visibility, seed), by name: all paired (the seed is the run
     seed, so every agent plays the same tasks with the same episode seeds).
@@ -236,8 +274,9 @@ def eval_plans(spec: StudySpec, out: Path, fam: Family, vis: str, seed: int) -> 
             agents=everyone,
             samples=fam.eval_samples,
             budgets=[grid[-1]],
-            # a TRL policy agent cannot replay an oracle prefix: no probes (C2 does not run)
-            probe_states=fam.probe_states if spec.trainer == "rllib" else 0,
+            # a policy agent that cannot replay an oracle prefix (TRL's) gets no probes: C2
+            # does not run
+            probe_states=fam.probe_states if trainer_entry(spec.trainer).probes else 0,
             **common,
         )
     }

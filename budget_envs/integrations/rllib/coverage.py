@@ -19,7 +19,7 @@ from typing import Any
 import gymnasium as gym
 
 from budget_envs.eval.runner.episode import agrees
-from budget_envs.integrations.rllib_features import offered_actions
+from budget_envs.integrations.rllib.features import offered_actions
 
 __all__ = ["best_offered", "candidate_coverage", "state_ok"]
 

@@ -5,7 +5,7 @@ RLlib's own checkpoint (``checkpoint/``) restores a module by unpickling
 someone handed you could run anything during a plain ``budgetmix eval``. So every checkpoint
 ``budgetmix train --trainer rllib`` writes is followed by ``module.safetensors`` (the module's
 tensors, nothing else) and a ``module`` entry in ``policy.json`` (the model settings as JSON);
-the policy agent builds :class:`~budget_envs.integrations.rllib_module.ActionScoringTorchModule`
+the policy agent builds :class:`~budget_envs.integrations.rllib.module.ActionScoringTorchModule`
 from the folder's feature spec and those settings and loads the tensors, reading no pickle.
 
 A folder without ``module.safetensors`` (an older one, or one made by hand) would need the
@@ -24,7 +24,15 @@ from typing import Any
 
 from budget_envs.errors import UntrustedPolicy
 
-__all__ = ["MODULE_FILE", "check_loadable", "load_module", "module_path", "save_module"]
+__all__ = [
+    "MODULE_FILE",
+    "OLD_MODULE_NAMES",
+    "alias_moved_modules",
+    "check_loadable",
+    "load_module",
+    "module_path",
+    "save_module",
+]
 
 #: The module's weights in a policy folder.
 MODULE_FILE = "module.safetensors"
@@ -94,7 +102,7 @@ def load_module(folder: str | os.PathLike, meta: Mapping[str, Any], *, trust: bo
     import torch
     from gymnasium import spaces
 
-    from budget_envs.integrations.rllib_features import FeatureSpec
+    from budget_envs.integrations.rllib.features import FeatureSpec
 
     folder = Path(folder)
     weights = folder / MODULE_FILE
@@ -115,7 +123,7 @@ def load_module(folder: str | os.PathLike, meta: Mapping[str, Any], *, trust: bo
         raise ValueError(f"{folder}/policy.json: module action_space_n {n!r} is not a count")
     from safetensors.torch import load_file
 
-    from budget_envs.integrations.rllib_module import ActionScoringTorchModule
+    from budget_envs.integrations.rllib.module import ActionScoringTorchModule
 
     spec = FeatureSpec.from_dict(meta["features"])
     module = ActionScoringTorchModule(
@@ -138,9 +146,29 @@ def load_module(folder: str | os.PathLike, meta: Mapping[str, Any], *, trust: bo
     return module
 
 
+#: The names the module of :class:`~budget_envs.integrations.rllib.module.ActionScoringTorchModule`
+#: and the metrics callback had before the RLlib integration became a package: RLlib pickles
+#: both by reference, so checkpoints written then record these names.
+OLD_MODULE_NAMES = ("budget_envs.integrations.rllib_module",)
+
+
+def alias_moved_modules() -> None:
+    """Let a checkpoint pickled before the move find its classes: each of
+    :data:`OLD_MODULE_NAMES` is registered in ``sys.modules`` as
+    :mod:`budget_envs.integrations.rllib.module` (RLlib swallows the import error of an old
+    name and builds a bare ``RLModule`` instead)."""
+    import sys
+
+    from budget_envs.integrations.rllib import module
+
+    for old in OLD_MODULE_NAMES:
+        sys.modules.setdefault(old, module)
+
+
 def _load_pickled(folder: Path) -> Any:
     from ray.rllib.core.rl_module.rl_module import RLModule
 
+    alias_moved_modules()
     where = module_path(folder)
     if not where.exists():
         raise ValueError(f"{folder}: no RLlib module checkpoint at {where}")

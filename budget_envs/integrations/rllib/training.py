@@ -5,7 +5,7 @@
     policy.json     what the policy is: env id, env kwargs, budget spec, visibility, the input
                     sizes (FeatureSpec), the trainer and its settings
     module.safetensors  the module's weights (what the policy agent loads: no pickle is read;
-                    see :mod:`budget_envs.integrations.rllib_weights`)
+                    see :mod:`budget_envs.integrations.rllib.weights`)
     checkpoint/     RLlib's algorithm checkpoint (``--resume`` continues from it: pickle, so
                     resume only a folder you trained)
     metrics.csv     one row per iteration (see :data:`METRICS`)
@@ -23,18 +23,21 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from budget_envs.errors import TooManyActions
 from budget_envs.integrations.common import DEFAULT_BUDGET
-from budget_envs.integrations.rllib_weights import module_path, save_module
+from budget_envs.integrations.rllib.config import RLlibTrainConfig
+from budget_envs.integrations.rllib.weights import module_path, save_module
 
 __all__ = [
     "LEGACY_SPEED",
     "MAX_GROWN_SLOTS",
     "METRICS",
     "POLICY_FILE",
+    "RLlibTrainConfig",
     "auto_env_runners",
     "module_path",
     "read_metrics",
@@ -149,47 +152,23 @@ def _plot(rows: list[dict[str, float]], path: Path, title: str) -> bool:
 
 def train(
     env_id: str,
+    config: RLlibTrainConfig | None = None,
     *,
-    budget: Any = DEFAULT_BUDGET,
-    visibility: str = "hidden",
-    env_kwargs: Mapping[str, Any] | None = None,
-    seed: int = 0,
-    out_dir: str | os.PathLike,
-    iterations: int,
-    gamma: float = 0.99,
-    max_actions: int = 256,
-    train_batch_size: int = 1024,
-    minibatch_size: int | None = None,
-    num_epochs: int = 2,
-    lr: float = 3e-4,
-    entropy_coeff: float = 0.01,
-    hidden: int = 64,
-    process_reward: float | None = None,
-    process_max_cost: int = 100,
-    budget_terminal: bool = True,
-    checkpoint_every: int = 5,
-    resume: bool = False,
-    num_cpus: int = 2,
-    num_env_runners: int | None = None,
-    num_envs_per_env_runner: int = 16,
-    packed: bool = True,
-    torch_threads: int | None = 1,
-    grow_slots: bool = True,
-    warm_start_episodes: int = 50,
-    warm_start_epochs: int = 20,
-    warm_start_explore: float = 0.0,
-    warm_start_lr: float = 3e-3,
     progress: Callable[[int, int, dict[str, float]], None] | None = None,
     warm_start_progress: Callable[[str, int, int], None] | None = None,
-    report_to: str | list[str] | None = None,
+    **options: Any,
 ) -> dict[str, Any]:
-    """Train PPO on ``env_id`` for ``iterations`` iterations (in total, counting resumed ones).
+    """Train PPO on ``env_id`` for ``config.iterations`` iterations (in total, counting resumed
+    ones), into the policy folder ``config.out_dir``.
 
-    ``report_to``: also log every ``metrics.csv`` row to TensorBoard and/or W&B
-    (:mod:`~budget_envs.integrations.tracking`).
+    ``config`` holds every setting (:class:`~budget_envs.integrations.rllib.config.
+    RLlibTrainConfig`, with their defaults and help); keyword ``options`` are its fields, given
+    instead of a config (``train(env_id, out_dir=..., iterations=...)`` builds it) or on top of
+    one (they replace its values). ``report_to``: also log every ``metrics.csv`` row to
+    TensorBoard and/or W&B (:mod:`~budget_envs.integrations.tracking`).
 
     With ``warm_start_episodes > 0`` (50 by default) the policy is first fitted to the env's
-    oracle on that many training episodes (:mod:`budget_envs.integrations.rllib_warmstart`:
+    oracle on that many training episodes (:mod:`budget_envs.integrations.rllib.warmstart`:
     ``warm_start_explore`` random turns, none by default, ``warm_start_epochs`` epochs at
     ``warm_start_lr``), checkpointed as iteration 0, then PPO runs from it; ``iterations=0`` keeps
     the warm-started policy alone. The warm start is written to ``warm_start.csv`` and
@@ -215,146 +194,106 @@ def train(
     building a probe env. Returns ``{"out_dir", "iterations", "rows", "wall_s", "curve"}``.
 
     Raises:
+        TypeError: ``config`` is not an :class:`RLlibTrainConfig`, or an option is not one of
+            its fields.
+        ValueError: a setting is out of range (before anything is written).
         FileExistsError: ``out_dir`` holds a policy and ``resume`` is False.
         FileNotFoundError: ``resume`` without a checkpoint in ``out_dir``.
         TooManyActions: a state offered more actions than ``max_actions`` with ``grow_slots``
             False, or more than :data:`MAX_GROWN_SLOTS`.
     """
-    from budget_envs.integrations import rllib as rl
+    if config is None:
+        cfg = RLlibTrainConfig(**options)
+    elif not isinstance(config, RLlibTrainConfig):
+        raise TypeError(f"config must be an RLlibTrainConfig or None, got {config!r}")
+    else:
+        cfg = replace(config, **options) if options else config
+    from budget_envs.integrations.rllib import env as rl
 
     rl._require()
-    for name, value, low in (
-        ("iterations", iterations, 0 if warm_start_episodes else 1),
-        ("checkpoint_every", checkpoint_every, 1),
-        ("num_cpus", num_cpus, 1),
-        ("num_envs_per_env_runner", num_envs_per_env_runner, 1),
-        ("warm_start_episodes", warm_start_episodes, 0),
-        ("warm_start_epochs", warm_start_epochs, 1),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    for name, value in (("num_env_runners", num_env_runners), ("torch_threads", torch_threads)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ValueError(f"{name} must be an int or None, got {value!r}")
-        if value is not None and value < (0 if name == "num_env_runners" else 1):
-            raise ValueError(f"{name} is out of range: {value!r}")
-    if not isinstance(gamma, (int, float)) or not 0.0 < float(gamma) <= 1.0:
-        raise ValueError(f"gamma must be in (0, 1], got {gamma!r}")
-    minibatch_size = rl.check_minibatch(train_batch_size, minibatch_size)
-    out = Path(out_dir)
+    out = Path(cfg.out_dir)
     ckpt = out / "checkpoint"
     meta_path = out / POLICY_FILE
-    if resume:
+    if cfg.resume:
         if not (ckpt / "rllib_checkpoint.json").exists():
             raise FileNotFoundError(f"--resume: no checkpoint in {out} (expected {ckpt})")
     elif meta_path.exists():
         raise FileExistsError(f"{out} already holds a policy; pass --resume or another --out")
     out.mkdir(parents=True, exist_ok=True)
-    env_kwargs = dict(env_kwargs or {})
-    env_config = {
-        "env_id": env_id,
-        "visibility": visibility,
-        "max_actions": max_actions,
-        "seed": seed,
-        "env_kwargs": env_kwargs,
-        "process_reward": process_reward,
-        "process_max_cost": process_max_cost,
-        "budget_terminal": budget_terminal,
-        "error_file": str((out / RUNNER_ERROR_FILE).resolve()),
-    }
-    if budget is not DEFAULT_BUDGET:
-        env_config["budget"] = budget
-    old_meta = json.loads(meta_path.read_text()) if resume and meta_path.exists() else {}
+    env_kwargs = dict(cfg.env_kwargs or {})
+    env_config = cfg.env_config(env_id, (out / RUNNER_ERROR_FILE).resolve())
+    old_meta = json.loads(meta_path.read_text()) if cfg.resume and meta_path.exists() else {}
     if "features" in old_meta:
         features = old_meta["features"]
     else:
         probe = rl.env_creator(dict(env_config))
         features = probe.features.to_dict()
         probe.close()
-    settings = {
-        "gamma": gamma,
-        "train_batch_size": train_batch_size,
-        "minibatch_size": minibatch_size,
-        "num_epochs": num_epochs,
-        "lr": lr,
-        "entropy_coeff": entropy_coeff,
-        "hidden": hidden,
-        "process_reward": process_reward,
-        "process_max_cost": process_max_cost,
-        "budget_terminal": budget_terminal,
-        "seed": seed,
-        "packed": packed,
-        "num_envs_per_env_runner": num_envs_per_env_runner,
-        "torch_threads": torch_threads,
-        "warm_start_episodes": warm_start_episodes,
-        "warm_start_epochs": warm_start_epochs,
-        "warm_start_explore": warm_start_explore,
-        "warm_start_lr": warm_start_lr,
-    }
     meta = {
         "trainer": "rllib",
         "algorithm": "PPO",
         "env_id": env_id,
         "env_kwargs": env_kwargs,
-        "budget": None if budget is DEFAULT_BUDGET else _jsonable(budget),
-        "visibility": visibility,
+        "budget": None if cfg.budget is DEFAULT_BUDGET else _jsonable(cfg.budget),
+        "visibility": cfg.visibility,
         "features": features,
-        "settings": settings,
+        "settings": cfg.settings(),
     }
-    rows = read_metrics(out) if resume else []
+    rows = read_metrics(out) if cfg.resume else []
     from budget_envs.integrations.tracking import MetricsSink
 
-    sink = MetricsSink(out, report_to, config={"trainer": "rllib", **meta})
+    sink = MetricsSink(out, cfg.report_to, config={"trainer": "rllib", **meta})
     import ray
 
     started = not ray.is_initialized()
     if started:
-        start_local_ray(num_cpus)
-    runners = auto_env_runners() if num_env_runners is None else num_env_runners
+        start_local_ray(cfg.num_cpus)
+    runners = auto_env_runners() if cfg.num_env_runners is None else cfg.num_env_runners
     meta["settings"]["num_env_runners"] = runners
-    threads_before = _set_torch_threads(torch_threads)
+    threads_before = _set_torch_threads(cfg.torch_threads)
     start = time.perf_counter()
     offset = rows[-1]["wall_s"] if rows else 0.0
     env_config["max_actions"] = features["max_actions"] = max(
-        int(features["max_actions"]), max_actions
+        int(features["max_actions"]), cfg.max_actions
     )
 
     def build(slots: int) -> Any:
         env_config["max_actions"] = slots
         return rl.ppo_config(
             env_config,
-            hidden=hidden,
-            train_batch_size=train_batch_size,
-            minibatch_size=minibatch_size,
-            num_epochs=num_epochs,
-            lr=lr,
-            gamma=gamma,
-            entropy_coeff=entropy_coeff,
+            hidden=cfg.hidden,
+            train_batch_size=cfg.train_batch_size,
+            minibatch_size=cfg.minibatch,
+            num_epochs=cfg.num_epochs,
+            lr=cfg.lr,
+            gamma=cfg.gamma,
+            entropy_coeff=cfg.entropy_coeff,
             num_env_runners=runners,
-            num_envs_per_env_runner=num_envs_per_env_runner,
-            packed=packed,
-            torch_threads=torch_threads,
-            seed=seed,
+            num_envs_per_env_runner=cfg.num_envs_per_env_runner,
+            packed=cfg.packed,
+            torch_threads=cfg.torch_threads,
+            seed=cfg.seed,
         ).build_algo()
 
+    iterations = cfg.iterations
     try:
         algo = build(features["max_actions"])
         try:
-            if resume:
+            if cfg.resume:
                 algo.restore_from_path(str(ckpt.resolve()))
                 if "warm_start" in old_meta:
                     meta["warm_start"] = old_meta["warm_start"]
-            elif warm_start_episodes:
+            elif cfg.warm_start_episodes:
                 meta["warm_start"] = _warm_start(
                     algo,
                     env_config,
                     out,
                     features,
-                    episodes=warm_start_episodes,
-                    epochs=warm_start_epochs,
-                    explore=warm_start_explore,
-                    lr=warm_start_lr,
-                    seed=seed,
+                    episodes=cfg.warm_start_episodes,
+                    epochs=cfg.warm_start_epochs,
+                    explore=cfg.warm_start_explore,
+                    lr=cfg.warm_start_lr,
+                    seed=cfg.seed,
                     progress=warm_start_progress,
                 )
                 algo.save_to_path(str(ckpt.resolve()))
@@ -366,7 +305,7 @@ def train(
                     result = _train_once(algo, it, features["max_actions"], out / RUNNER_ERROR_FILE)
                 except TooManyActions as exc:
                     slots = _grown_slots(features["max_actions"], exc)
-                    if slots is None or not grow_slots:
+                    if slots is None or not cfg.grow_slots:
                         raise
                     algo = _rebuild(algo, build, slots, out)
                     logger.warning(
@@ -394,7 +333,7 @@ def train(
                 rows.append(row)
                 _write_rows(out / "metrics.csv", rows)
                 sink.log(row, it)
-                if it % checkpoint_every == 0 or it == iterations:
+                if it % cfg.checkpoint_every == 0 or it == iterations:
                     algo.save_to_path(str(ckpt.resolve()))
                     save_module(algo, out, meta, meta_path)
                 if progress is not None:
@@ -408,7 +347,7 @@ def train(
         if started:
             ray.shutdown()
     curve = out / "curve.png"
-    title = f"{env_id} {json.dumps(env_kwargs)} T={meta['budget']} {visibility}"
+    title = f"{env_id} {json.dumps(env_kwargs)} T={meta['budget']} {cfg.visibility}"
     plotted = _plot(rows, curve, title) if rows else False
     return {
         "out_dir": str(out),
@@ -546,7 +485,7 @@ def _warm_start(
     """Fit the learner's module to oracle labels and push it to the env runners."""
     from ray.rllib.core import DEFAULT_MODULE_ID
 
-    from budget_envs.integrations import rllib_warmstart as ws
+    from budget_envs.integrations.rllib import warmstart as ws
 
     start = time.perf_counter()
     demos = ws.collect_demonstrations(
@@ -558,7 +497,7 @@ def _warm_start(
     )
     import gymnasium as gym
 
-    from budget_envs.integrations.rllib_features import FeatureSpec
+    from budget_envs.integrations.rllib.features import FeatureSpec
 
     spec = FeatureSpec.from_dict(features)
     spaces = {DEFAULT_MODULE_ID: (spec.observation_space(), gym.spaces.Discrete(spec.max_actions))}

@@ -1,4 +1,4 @@
-"""RLlib integration: BudgetMix envs as action-scoring envs for PPO (the ``rllib`` extra).
+"""BudgetMix envs as action-scoring envs for RLlib's PPO, and the ``PPOConfig`` that trains them.
 
 RLlib's default models cannot read ``Text`` spaces, and a fixed list of K command slots cannot
 play every state (ALFWorld has up to 45 admissible commands; tool calls are open-ended). So
@@ -11,7 +11,7 @@ any family: ToolUse level 3 offers up to about 170 tool calls) only bounds the a
 module scores the offered rows alone, so slots cost memory, not network time. A state with more
 actions raises :class:`TooManyActions` (``budgetmix train`` reports it in one line).
 
-The arrays are described in :mod:`budget_envs.integrations.rllib_features`; budget features are
+The arrays are described in :mod:`~budget_envs.integrations.rllib.features`; budget features are
 only filled when the visibility shows the budget, so ``visibility="hidden"`` policies are blind to
 it. A slot with no action picked anyway (``check_env`` samples unmasked actions) is sent as an
 empty action: an invalid turn that still counts.
@@ -34,7 +34,7 @@ from budget_envs.integrations.common import (  # noqa: F401  (make_env: importab
     env_and_maker,
     make_env,
 )
-from budget_envs.integrations.rllib_features import (
+from budget_envs.integrations.rllib.features import (
     FeatureSpec,
     Featurizer,
     TooManyActions,
@@ -79,7 +79,7 @@ class MaskedTextEnv(gym.Env):
             keep it near the family's longest solution so one loss does not drown the wins).
         max_actions: slots for actions (a state with more raises :class:`TooManyActions`).
         obs_dim, goal_dim, hist_dim, action_tokens, vocab, max_budget: sizes of the arrays
-            (see :class:`~budget_envs.integrations.rllib_features.FeatureSpec`).
+            (see :class:`~budget_envs.integrations.rllib.features.FeatureSpec`).
         seed: the seed of the first reset when the trainer passes none.
         seed_offset: added to every seed the trainer passes (:func:`env_creator` sets it per env
             runner so sub-envs of different runners never share a seed).
@@ -270,20 +270,6 @@ def register(name: str = DEFAULT_ENV_NAME) -> str:
     return name
 
 
-_LAZY = {"ActionScoringTorchModule", "BudgetMetricsCallback", "score_actions"}
-
-
-def __getattr__(name: str) -> Any:
-    # The module class subclasses RLlib's torch module, so it is imported on first access;
-    # pickling by reference resolves through here.
-    if name in _LAZY:
-        _require()
-        from budget_envs.integrations import rllib_module
-
-        return getattr(rllib_module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 #: Weight syncs a remote env runner may have queued (see :func:`ppo_config`).
 SYNC_REQUESTS_IN_FLIGHT = 64
 #: PPO's minibatch when none is given (or the batch, when it is smaller).
@@ -346,7 +332,7 @@ def ppo_config(
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-    from budget_envs.integrations import rllib_module
+    from budget_envs.integrations.rllib import module as rllib_module
 
     register(env_name)
     config = (

@@ -22,7 +22,7 @@ import pytest
 
 from budget_envs.eval.report import compare_runs
 from budget_envs.eval.runner import load_records
-from budget_envs.integrations.rllib_train import read_metrics, start_local_ray, train
+from budget_envs.integrations.rllib.training import read_metrics, start_local_ray, train
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_ID = "BudgetMix/ToolUse-v0"

@@ -7,7 +7,7 @@ receptacles) and on ToolUse level 1 (world 0); then ``budgetmix eval --agent p=p
 ToolUse world 1) and ``compare_runs``' paired bootstrap over tasks: a gain of at least 0.2 with
 an interval above 0. The commands are the ones in docs/training.md. About 15 minutes of CPU
 each: marked ``learning``, outside the default run; run it with
-``pytest -m learning tests/test_rllib_learning.py``.
+``pytest -m learning tests/test_rllib_learning_beats_random.py``.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ def collect_demonstrations(
     env_creator`'s keys), so the states are rendered and the tasks drawn as PPO's are. Episode
     ``e`` is reset with seed ``seed * 1_000_003 + e``.
     """
-    from budget_envs.integrations.rllib import env_creator
+    from budget_envs.integrations.rllib.env import env_creator
 
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be an int >= 1, got {episodes!r}")
