@@ -276,79 +276,12 @@ def build_spec(split: str, index: int) -> TaskSpec | None:
     receps = _scene_layout(scene, room)
     rclasses = sorted({cls for cls, _, _ in receps})
     room_objects = _room_objects(tuple(rclasses))
-
-    def can_hold(r: str, o: str) -> bool:
-        return o in contain.get(r, ())
-
-    # Choose the goal.
-    toggle = ""
-    parent = ""
-    if task_type == "look_at_obj_in_light":
-        holders = [r for r in rclasses if r in _LAMP_HOLDERS]
-        if not holders:
-            return None
-        toggle = ("DeskLamp", "FloorLamp")[int(rng.randrange(2))]
-        cands = room_objects
-    else:
-        need = {
-            "pick_clean_then_place_in_recep": "Cleanable",
-            "pick_heat_then_place_in_recep": "Heatable",
-            "pick_cool_then_place_in_recep": "Coolable",
-        }.get(task_type)
-        cands = [o for o in room_objects if need is None or o in action[need]]
-    pairs = []
-    for o in cands:
-        if task_type == "look_at_obj_in_light":
-            pairs.append((o, ""))
-            continue
-        holders_o = [r for r in rclasses if can_hold(r, o)]
-        if len(holders_o) >= 2:
-            pairs.extend((o, r) for r in holders_o)
-    if not pairs:
+    goal_targets = _choose_goal(rng, task_type, rclasses, room_objects, contain, action)
+    if goal_targets is None:
         return None
-    obj, parent = pairs[int(rng.randrange(len(pairs)))]
-
-    # Place objects: a few per receptacle, never the target class inside a target-type receptacle.
-    objects: list[tuple[str, str, str]] = []
-    counter: dict[str, int] = {}
-
-    def add(cls: str, recep_id: str) -> None:
-        counter[cls] = counter.get(cls, 0) + 1
-        oid = f"{cls}|{_coord(rng)}|{_coord(rng)}|{_coord(rng)}"
-        objects.append((cls, mangle(oid), recep_id))
-
-    for cls, rid, _ in receps:
-        fits = [o for o in room_objects if o != obj and o in contain.get(cls, ())]
-        if not fits:
-            continue
-        for _ in range(rng.choice((0, 0, 0, 1, 1, 1, 2))):
-            add(fits[int(rng.randrange(len(fits)))], rid)
-    hosts = [rid for cls, rid, _ in receps if can_hold(cls, obj) and cls != parent]
-    n_target = (
-        int(rng.randrange(2, 4))
-        if task_type == "pick_two_obj_and_place"
-        else int(rng.randrange(1, 3))
-    )
-    for _ in range(n_target):
-        add(obj, hosts[int(rng.randrange(len(hosts)))])
-    if toggle:
-        holders = [rid for cls, rid, _ in receps if cls in _LAMP_HOLDERS]
-        add(toggle, holders[int(rng.randrange(len(holders)))])
-
-    # Start somewhere without a receptacle (else the intro changes and the expert fails).
-    used = {loc for _, _, loc in receps}
-    while True:
-        loc = mangle(
-            "loc|%d|%d|%d|%d"
-            % (
-                int(rng.randrange(-12, 13)),
-                int(rng.randrange(-12, 13)),
-                int(rng.randrange(0, 4)),
-                30,
-            )
-        )
-        if loc not in used:
-            break
+    obj, parent, toggle = goal_targets
+    objects = _place_objects(rng, task_type, receps, room_objects, contain, obj, parent, toggle)
+    loc = _start_location(rng, receps)
     templates = _deps.goal_library().gdict[task_type]["templates"]
     template = templates[int(rng.randrange(len(templates)))]
     goal = template.format(obj=obj.lower(), recep=parent.lower(), toggle=toggle.lower(), mrecep="")
@@ -370,6 +303,102 @@ def build_spec(split: str, index: int) -> TaskSpec | None:
         goal=goal,
         seed=rng.randrange(2**31),
     )
+
+
+def _choose_goal(
+    rng: random.Random,
+    task_type: str,
+    rclasses: list[str],
+    room_objects: list,
+    contain: dict,
+    action: dict,
+) -> tuple[str, str, str] | None:
+    """The goal's (object, parent receptacle, lamp to toggle), or None when the room cannot
+    host the task type."""
+    toggle = ""
+    if task_type == "look_at_obj_in_light":
+        holders = [r for r in rclasses if r in _LAMP_HOLDERS]
+        if not holders:
+            return None
+        toggle = ("DeskLamp", "FloorLamp")[int(rng.randrange(2))]
+        cands = room_objects
+    else:
+        need = {
+            "pick_clean_then_place_in_recep": "Cleanable",
+            "pick_heat_then_place_in_recep": "Heatable",
+            "pick_cool_then_place_in_recep": "Coolable",
+        }.get(task_type)
+        cands = [o for o in room_objects if need is None or o in action[need]]
+    pairs = []
+    for o in cands:
+        if task_type == "look_at_obj_in_light":
+            pairs.append((o, ""))
+            continue
+        holders_o = [r for r in rclasses if o in contain.get(r, ())]
+        if len(holders_o) >= 2:
+            pairs.extend((o, r) for r in holders_o)
+    if not pairs:
+        return None
+    obj, parent = pairs[int(rng.randrange(len(pairs)))]
+    return obj, parent, toggle
+
+
+def _place_objects(
+    rng: random.Random,
+    task_type: str,
+    receps: tuple[tuple[str, str, str], ...],
+    room_objects: list,
+    contain: dict,
+    obj: str,
+    parent: str,
+    toggle: str,
+) -> list[tuple[str, str, str]]:
+    """Objects placed as (class, mangled id, receptacle id): a few per receptacle, never the
+    target class inside a target-type receptacle; then the targets and the lamp."""
+    objects: list[tuple[str, str, str]] = []
+    counter: dict[str, int] = {}
+
+    def add(cls: str, recep_id: str) -> None:
+        counter[cls] = counter.get(cls, 0) + 1
+        oid = f"{cls}|{_coord(rng)}|{_coord(rng)}|{_coord(rng)}"
+        objects.append((cls, mangle(oid), recep_id))
+
+    for cls, rid, _ in receps:
+        fits = [o for o in room_objects if o != obj and o in contain.get(cls, ())]
+        if not fits:
+            continue
+        for _ in range(rng.choice((0, 0, 0, 1, 1, 1, 2))):
+            add(fits[int(rng.randrange(len(fits)))], rid)
+    hosts = [rid for cls, rid, _ in receps if obj in contain.get(cls, ()) and cls != parent]
+    n_target = (
+        int(rng.randrange(2, 4))
+        if task_type == "pick_two_obj_and_place"
+        else int(rng.randrange(1, 3))
+    )
+    for _ in range(n_target):
+        add(obj, hosts[int(rng.randrange(len(hosts)))])
+    if toggle:
+        holders = [rid for cls, rid, _ in receps if cls in _LAMP_HOLDERS]
+        add(toggle, holders[int(rng.randrange(len(holders)))])
+    return objects
+
+
+def _start_location(rng: random.Random, receps: tuple[tuple[str, str, str], ...]) -> str:
+    """Where the agent starts: somewhere without a receptacle (else the intro changes and the
+    expert fails)."""
+    used = {loc for _, _, loc in receps}
+    while True:
+        loc = mangle(
+            "loc|%d|%d|%d|%d"
+            % (
+                int(rng.randrange(-12, 13)),
+                int(rng.randrange(-12, 13)),
+                int(rng.randrange(0, 4)),
+                30,
+            )
+        )
+        if loc not in used:
+            return loc
 
 
 @lru_cache(maxsize=8)
