@@ -96,6 +96,50 @@ def collect_game_files(split_dir: str | os.PathLike, task_types: Sequence[str]) 
 _SPLIT_ALIASES = {"valid": "valid_seen", "test": "valid_unseen"}
 
 
+def _check_split(split: Any) -> str:
+    """ALFWorld's name of ``split`` (aliases resolved); UnknownSplit for anything else."""
+    split = _SPLIT_ALIASES.get(split, split) if isinstance(split, str) else split
+    if split not in generate.SPLITS:
+        hint = ""
+        if split == "test_unseen":
+            hint = (
+                " (ALFWorld has no test_unseen split: its held-out scenes are valid_unseen, "
+                "which split='test' names)"
+            )
+        raise UnknownSplit(
+            f"split must be one of {generate.SPLITS + tuple(_SPLIT_ALIASES)}, got {split!r}{hint}"
+        )
+    return split
+
+
+def _selected_task_types(
+    level: int | Sequence[int] | None, task_types: Sequence[int | str] | None
+) -> tuple[str, ...]:
+    """The task type names ``level`` or ``task_types`` select (all six for neither), in
+    alfworld's order."""
+    names = list(generate.TASK_TYPES.values())
+    if level is not None:
+        if task_types is not None:
+            raise ValueError(
+                f"pass level= (task type ids) or task_types=, not both (level={level!r})"
+            )
+        task_types = check_levels(level, tuple(generate.TASK_TYPES))
+    if task_types is None:
+        wanted = names
+    else:
+        if isinstance(task_types, (str, int)):
+            raise TypeError(f"task_types must be a sequence of ids or names, got {task_types!r}")
+        wanted = []
+        for t in task_types:
+            name = generate.TASK_TYPES.get(t) if isinstance(t, (int, np.integer)) else t
+            if name not in names:
+                raise ValueError(f"unknown task type {t!r}; expected 1-6 or one of {names}")
+            wanted.append(name)
+        if not wanted:
+            raise ValueError("task_types must name at least one task type, got an empty list")
+    return tuple(sorted(set(wanted), key=names.index))
+
+
 class AlfWorldEnv(ReachFaults, TextAgentEnv):
     """ALFWorld household tasks (six task types) played through alfworld's TextWorld PDDL engine.
 
@@ -165,18 +209,7 @@ class AlfWorldEnv(ReachFaults, TextAgentEnv):
         **base: Unpack[BaseOptions],
     ) -> None:
         super().__init__(**base)
-        split = _SPLIT_ALIASES.get(split, split) if isinstance(split, str) else split
-        if split not in generate.SPLITS:
-            hint = ""
-            if split == "test_unseen":
-                hint = (
-                    " (ALFWorld has no test_unseen split: its held-out scenes are valid_unseen, "
-                    "which split='test' names)"
-                )
-            raise UnknownSplit(
-                f"split must be one of {generate.SPLITS + tuple(_SPLIT_ALIASES)}, "
-                f"got {split!r}{hint}"
-            )
+        split = _check_split(split)
         if oracle not in _ORACLES:
             raise ValueError(f"oracle must be one of {_ORACLES}, got {oracle!r}")
         if not isinstance(legacy_put, bool):
@@ -205,42 +238,15 @@ class AlfWorldEnv(ReachFaults, TextAgentEnv):
         if max_receptacles is not None:
             max_receptacles = check_int("max_receptacles", max_receptacles, lo=1)
         self.max_receptacles = max_receptacles
-        names = list(generate.TASK_TYPES.values())
-        if level is not None:
-            if task_types is not None:
-                raise ValueError(
-                    f"pass level= (task type ids) or task_types=, not both (level={level!r})"
-                )
-            task_types = check_levels(level, tuple(generate.TASK_TYPES))
-        if task_types is None:
-            wanted = names
-        else:
-            if isinstance(task_types, (str, int)):
-                raise TypeError(
-                    f"task_types must be a sequence of ids or names, got {task_types!r}"
-                )
-            wanted = []
-            for t in task_types:
-                name = generate.TASK_TYPES.get(t) if isinstance(t, (int, np.integer)) else t
-                if name not in names:
-                    raise ValueError(f"unknown task type {t!r}; expected 1-6 or one of {names}")
-                wanted.append(name)
-            if not wanted:
-                raise ValueError("task_types must name at least one task type, got an empty list")
+        selected = _selected_task_types(level, task_types)
         self.split = split
-        self.task_types = tuple(sorted(set(wanted), key=names.index))
+        self.task_types = selected
         self.oracle_kind = oracle
         # Per game (set at each load): True when the exact model plays this game's oracle.
         self.oracle_exact = False
         self.tasks_per_level = tasks_per_level
         self._n_tasks = n_tasks
-        self._split_dir: Path | None = None
-        if data_dir is not None:
-            self._split_dir = self._find_split(Path(data_dir).expanduser(), split, explicit=True)
-        elif os.environ.get("ALFWORLD_DATA"):
-            self._split_dir = self._find_split(
-                Path(os.environ["ALFWORLD_DATA"]).expanduser(), split, explicit=False
-            )
+        self._split_dir: Path | None = self._dataset_split(data_dir, split)
         self.source = "generated" if self._split_dir is None else "real"
         if max_receptacles is not None and self._split_dir is not None:
             raise ValueError(
@@ -256,6 +262,17 @@ class AlfWorldEnv(ReachFaults, TextAgentEnv):
         self._oracle: Any = None
         self._planner: PlanOracle | None = None
         self._goal_text = ""
+
+    def _dataset_split(self, data_dir: str | os.PathLike | None, split: str) -> Path | None:
+        """The split folder of a real dataset: ``data_dir``'s, else ``$ALFWORLD_DATA``'s (None:
+        generated tasks)."""
+        if data_dir is not None:
+            return self._find_split(Path(data_dir).expanduser(), split, explicit=True)
+        if os.environ.get("ALFWORLD_DATA"):
+            return self._find_split(
+                Path(os.environ["ALFWORLD_DATA"]).expanduser(), split, explicit=False
+            )
+        return None
 
     @staticmethod
     def _find_split(root: Path, split: str, explicit: bool) -> Path | None:
