@@ -463,3 +463,40 @@ def test_a_scoring_lm_agent_scores_every_offered_action_not_only_the_listed_ones
     request = episode.prepare(obs, info)
     assert request is not None and request.scoring == mode
     assert len(request.candidates) == len(set(offered))
+
+
+@pytest.mark.parametrize(
+    "meta, listed",
+    [
+        ({"trainer": "sft", "settings": {"show_actions": False}}, False),
+        ({"trainer": "sft", "settings": {"show_actions": True}}, True),
+        ({"render": "lm", "show_actions": False, "actions": "score-mean"}, False),
+        (None, True),
+    ],
+)
+def test_a_trained_folder_plays_with_the_prompts_it_was_trained_on(folder, tmp_path, meta, listed):
+    """A folder whose prompts did not list the offered actions plays without the list unless
+    ``show_actions`` is given; the folder's acting mode is kept the same way."""
+    import gymnasium as gym
+
+    from budget_envs.integrations.lm.agent import LMAgent
+
+    model = tmp_path / "model"
+    model.mkdir()
+    for item in Path(folder).iterdir():
+        (model / item.name).symlink_to(item)
+    if meta is not None:
+        (model / "budgetmix_policy.json").write_text(json.dumps(meta))
+    env = gym.make("BudgetMix/ToolUse-v0", level=1)
+    obs, info = env.reset(seed=0)
+    env.close()
+    agent = LMAgent(model=str(model))
+    episode = agent.open_episode(env_id="BudgetMix/ToolUse-v0", observation=obs, info=info, seed=0)
+    prompt = agent._tok.decode(episode.conv.ids)
+    assert agent.show_actions is listed
+    assert (info["candidate_actions"][0] in prompt) is listed
+    if meta and "actions" in meta:
+        assert agent.actions == meta["actions"]
+    explicit = LMAgent(model=str(model), show_actions=True)
+    explicit.open_episode(env_id="BudgetMix/ToolUse-v0", observation=obs, info=info, seed=0)
+    assert explicit.show_actions is True

@@ -161,6 +161,14 @@ def load_lm(model: str, *, device: str = "cpu", dtype: str = "float32") -> tuple
     return net, tok
 
 
+def _trained_show_actions(meta: Mapping[str, Any]) -> bool:
+    """Whether a trained folder's prompts listed the offered actions (``--trainer sft`` keeps
+    it in its settings, a GRPO run in its own record); True for any other model."""
+    settings = meta.get("settings") if meta.get("trainer") == "sft" else meta
+    value = (settings or {}).get("show_actions", True)
+    return value if isinstance(value, bool) else True
+
+
 class LMAgent:
     """A language model played in process (see the module docstring).
 
@@ -170,7 +178,8 @@ class LMAgent:
         temperature: sampling temperature; 0 is greedy.
         top_p: nucleus sampling mass (1: off).
         max_tokens: the most tokens of one reply.
-        show_actions: list the env's offered actions under every observation.
+        show_actions: list the env's offered actions under every observation. None: what a
+            trained folder's prompts did (its ``budgetmix_policy.json``), else true.
         max_actions: the most offered actions listed (the rest are counted).
         device: torch device (``cpu``, ``cuda``).
         dtype: torch dtype name of the weights (``float32``; ``bfloat16`` on a GPU).
@@ -196,7 +205,7 @@ class LMAgent:
         temperature: float = 0.7,
         top_p: float = 1.0,
         max_tokens: int = 64,
-        show_actions: bool = True,
+        show_actions: bool | None = None,
         max_actions: int = MAX_SHOWN_ACTIONS,
         device: str = "cpu",
         dtype: str = "float32",
@@ -224,7 +233,7 @@ class LMAgent:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{what} must be an int >= {low}, got {value!r}")
         for what, value in (
-            ("show_actions", show_actions),
+            ("show_actions", True if show_actions is None else show_actions),
             ("keep_cache", keep_cache),
             ("check_visibility", check_visibility),
         ):
@@ -284,6 +293,8 @@ class LMAgent:
         if self.actions is None:
             trained = self._trained.get("actions")
             self.actions = trained if trained in ACTION_MODES else "generate"
+        if self.show_actions is None:
+            self.show_actions = _trained_show_actions(self._trained)
         template = getattr(self._tok, "chat_template", None) or ""
         self._native_tools = "tools" in template
         config = self._net.config.get_text_config()
