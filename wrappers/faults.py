@@ -64,6 +64,66 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
+def _kinds_and_weights(
+    kinds: Any, available: tuple[str, ...], env_name: str
+) -> tuple[list[str], list[Any]]:
+    """The kind names of ``kinds`` (a name, names or a ``{name: weight}`` mapping) and their
+    weights (1 each unless given), checked: at least one, each of ``available``, distinct."""
+    if isinstance(kinds, str):
+        names, weights = [kinds], [1.0]
+    elif isinstance(kinds, Mapping):
+        names, weights = list(kinds.keys()), [kinds[k] for k in kinds]
+    else:
+        try:
+            names = list(kinds)
+        except TypeError:
+            raise TypeError(
+                f"kinds must be a kind name, a list of names or a {{name: weight}} mapping, "
+                f"got {kinds!r}"
+            ) from None
+        weights = [1.0] * len(names)
+    if not names:
+        raise ValueError(f"kinds must name at least one fault kind out of {list(available)}")
+    for name in names:
+        if name not in available:
+            raise UnknownFaultKind(
+                f"unknown fault kind {name!r} for {env_name}; expected one of {list(available)}"
+            )
+    if len(set(names)) != len(names):
+        raise ValueError(f"fault kinds must be distinct, got {names!r}")
+    return names, weights
+
+
+def _check_weights(weights: list[Any], kinds: Any) -> np.ndarray:
+    """``weights`` as an array of numbers >= 0, not all zero (``kinds`` quoted when not)."""
+    try:
+        weights_arr = np.asarray(weights, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"fault kind weights must be numbers, got {kinds!r}") from None
+    if not np.all(np.isfinite(weights_arr)) or np.any(weights_arr < 0) or weights_arr.sum() <= 0:
+        raise ValueError(f"fault kind weights must be >= 0 and not all zero, got {kinds!r}")
+    return weights_arr
+
+
+def _check_turns(at_turn: Any) -> frozenset[int]:
+    """``at_turn`` (None, one turn or several) as a set of 1-based turns."""
+    if at_turn is None:
+        turns: frozenset[int] = frozenset()
+    elif _is_int(at_turn):
+        turns = frozenset([int(at_turn)])
+    else:
+        try:
+            turns = frozenset(int(t) if _is_int(t) else t for t in at_turn)
+        except TypeError:
+            raise TypeError(
+                f"at_turn must be an int, a list of ints or None, got {at_turn!r}"
+            ) from None
+    for t in turns:
+        if not _is_int(t) or t < 1:
+            raise ValueError(f"at_turn values must be ints >= 1 (1-based turns), got {at_turn!r}")
+    return turns
+
+
 class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArgs):
     """Inject seeded faults into an episode and record the damage each one did.
 
@@ -142,64 +202,19 @@ class ErrorInjection(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructo
         given_kinds = kinds
         if kinds is None:  # all kinds of the chosen cells, or the generic kinds
             kinds = available if wanted_cells is not None else GENERIC_KINDS
-        if isinstance(kinds, str):
-            names, weights = [kinds], [1.0]
-        elif isinstance(kinds, Mapping):
-            names, weights = list(kinds.keys()), [kinds[k] for k in kinds]
-        else:
-            try:
-                names = list(kinds)
-            except TypeError:
-                raise TypeError(
-                    f"kinds must be a kind name, a list of names or a {{name: weight}} mapping, "
-                    f"got {kinds!r}"
-                ) from None
-            weights = [1.0] * len(names)
-        if not names:
-            raise ValueError(f"kinds must name at least one fault kind out of {list(available)}")
-        for name in names:
-            if name not in available:
-                raise UnknownFaultKind(
-                    f"unknown fault kind {name!r} for {type(env.unwrapped).__name__}; "
-                    f"expected one of {list(available)}"
-                )
-        if len(set(names)) != len(names):
-            raise ValueError(f"fault kinds must be distinct, got {names!r}")
+        env_name = type(env.unwrapped).__name__
+        names, weights = _kinds_and_weights(kinds, available, env_name)
         if wanted_cells is not None:
             keep = [i for i, n in enumerate(names) if kind_cells[n] in wanted_cells]
             if not keep:
                 raise ValueError(
                     f"no fault kind of {names!r} lies in the cells {cells!r} on "
-                    f"{type(env.unwrapped).__name__} (its cells: {kind_cells!r})"
+                    f"{env_name} (its cells: {kind_cells!r})"
                 )
             names = [names[i] for i in keep]
             weights = [weights[i] for i in keep]
-        try:
-            weights_arr = np.asarray(weights, dtype=float)
-        except (TypeError, ValueError):
-            raise TypeError(f"fault kind weights must be numbers, got {kinds!r}") from None
-        if (
-            not np.all(np.isfinite(weights_arr))
-            or np.any(weights_arr < 0)
-            or weights_arr.sum() <= 0
-        ):
-            raise ValueError(f"fault kind weights must be >= 0 and not all zero, got {kinds!r}")
-        if at_turn is None:
-            turns: frozenset[int] = frozenset()
-        elif _is_int(at_turn):
-            turns = frozenset([int(at_turn)])
-        else:
-            try:
-                turns = frozenset(int(t) if _is_int(t) else t for t in at_turn)
-            except TypeError:
-                raise TypeError(
-                    f"at_turn must be an int, a list of ints or None, got {at_turn!r}"
-                ) from None
-        for t in turns:
-            if not _is_int(t) or t < 1:
-                raise ValueError(
-                    f"at_turn values must be ints >= 1 (1-based turns), got {at_turn!r}"
-                )
+        weights_arr = _check_weights(weights, kinds)
+        turns = _check_turns(at_turn)
         given_rate = rate
         if rate is None:
             rate = DEFAULT_RATE if at_turn is None else 0.0
