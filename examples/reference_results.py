@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from lm_grpo_section import grpo_section  # examples/, beside this script
 
 from budget_envs.eval.metrics import bootstrap_pass_at_kt, first_success_matrix
 from budget_envs.integrations.lm.models import MODELS
@@ -299,6 +300,7 @@ def write_page(root: Path) -> str:
         if vis and hid:
             lines.append(f"- {name}: {_paired_difference(vis, hid, 10)}.")
     lines += _sft_sections(runs, missing)
+    lines += grpo_section(ROOT / "study" / "lm" / "grpo-tooluse", missing)
     lines += ["", "## Not yet run", ""]
     lines += [f"- {m}" for m in missing] or ["- nothing: every run is complete."]
     return "\n".join(lines) + "\n"
