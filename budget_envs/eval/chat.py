@@ -150,6 +150,81 @@ class _Reply:
     retries: int = 0
 
 
+def _check_endpoint(base_url: Any, model: Any, api_key_env: Any) -> None:
+    """:class:`ChatAgent`'s server arguments: an http(s) URL, a model name, a variable name."""
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
+    if not isinstance(model, str) or not model:
+        raise ValueError(f"model must be a non-empty string, got {model!r}")
+    if not isinstance(api_key_env, str):
+        raise TypeError(
+            f"api_key_env must be the name of an environment variable, got {api_key_env!r}"
+        )
+
+
+def _check_counts(**values: Any) -> None:
+    """Ints: ``retries`` and ``history`` >= 0, ``concurrency`` >= 1."""
+    for what, value in values.items():
+        low = 1 if what == "concurrency" else 0
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{what} must be an int >= {low}, got {value!r}")
+
+
+def _check_limits(**values: Any) -> None:
+    """Ints or None: the token limits >= 1, the ``seed`` >= 0."""
+    for what, value in values.items():
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or value < (0 if what == "seed" else 1)
+        ):
+            raise ValueError(
+                f"{what} must be an int >= {0 if what == 'seed' else 1} or None, got {value!r}"
+            )
+
+
+def _check_seconds(**values: Any) -> None:
+    """Numbers >= 0 (the backoff and timeout seconds)."""
+    for what, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"{what} must be a number >= 0, got {value!r}")
+
+
+def _check_sampling(**values: Any) -> None:
+    """Numbers or None (the sampling fields)."""
+    for what, value in values.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"{what} must be a number or None, got {value!r}")
+
+
+def _check_modes(
+    stop: Any,
+    reasoning_effort: Any,
+    extra_body: Any,
+    reasoning_model: Any,
+    tools: Any,
+    show_actions: Any,
+) -> None:
+    """:class:`ChatAgent`'s stop strings, extra fields and modes."""
+    if stop is not None and not (
+        isinstance(stop, str)
+        or (isinstance(stop, Sequence) and all(isinstance(s, str) for s in stop))
+    ):
+        raise ValueError(f"stop must be a string or a list of strings, got {stop!r}")
+    if reasoning_effort is not None and not isinstance(reasoning_effort, str):
+        raise ValueError(
+            f"reasoning_effort must be a string such as 'low', got {reasoning_effort!r}"
+        )
+    if extra_body is not None and not isinstance(extra_body, Mapping):
+        raise ValueError(f"extra_body must be a JSON object, got {extra_body!r}")
+    if reasoning_model not in ("auto", True, False):
+        raise ValueError(f"reasoning_model must be 'auto', true or false, got {reasoning_model!r}")
+    if tools not in ("auto", "never"):
+        raise ValueError(f"tools must be 'auto' or 'never', got {tools!r}")
+    if not isinstance(show_actions, bool):
+        raise ValueError(f"show_actions must be true or false, got {show_actions!r}")
+
+
 class ChatAgent:
     """An agent behind an OpenAI-compatible ``/chat/completions`` endpoint.
 
@@ -216,71 +291,17 @@ class ChatAgent:
         clock: Clock | None = None,
         name: str | None = None,
     ) -> None:
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
-        if not isinstance(model, str) or not model:
-            raise ValueError(f"model must be a non-empty string, got {model!r}")
-        if not isinstance(api_key_env, str):
-            raise TypeError(
-                f"api_key_env must be the name of an environment variable, got {api_key_env!r}"
-            )
-        for what, value, low in (
-            ("retries", retries, 0),
-            ("history", history, 0),
-            ("concurrency", concurrency, 1),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{what} must be an int >= {low}, got {value!r}")
-        for what, value in (
-            ("max_tokens", max_tokens),
-            ("max_completion_tokens", max_completion_tokens),
-            ("seed", seed),
-        ):
-            if value is not None and (
-                isinstance(value, bool)
-                or not isinstance(value, int)
-                or value < (0 if what == "seed" else 1)
-            ):
-                raise ValueError(
-                    f"{what} must be an int >= {0 if what == 'seed' else 1} or None, got {value!r}"
-                )
-        for what, value in (
-            ("backoff", backoff),
-            ("max_backoff", max_backoff),
-            ("timeout", timeout),
-        ):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{what} must be a number >= 0, got {value!r}")
-        sampling = {
-            "temperature": temperature,
-            "top_p": top_p,
-            "presence_penalty": presence_penalty,
-            "frequency_penalty": frequency_penalty,
-        }
-        for what, value in sampling.items():
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, (int, float))
-            ):
-                raise ValueError(f"{what} must be a number or None, got {value!r}")
-        if stop is not None and not (
-            isinstance(stop, str)
-            or (isinstance(stop, Sequence) and all(isinstance(s, str) for s in stop))
-        ):
-            raise ValueError(f"stop must be a string or a list of strings, got {stop!r}")
-        if reasoning_effort is not None and not isinstance(reasoning_effort, str):
-            raise ValueError(
-                f"reasoning_effort must be a string such as 'low', got {reasoning_effort!r}"
-            )
-        if extra_body is not None and not isinstance(extra_body, Mapping):
-            raise ValueError(f"extra_body must be a JSON object, got {extra_body!r}")
-        if reasoning_model not in ("auto", True, False):
-            raise ValueError(
-                f"reasoning_model must be 'auto', true or false, got {reasoning_model!r}"
-            )
-        if tools not in ("auto", "never"):
-            raise ValueError(f"tools must be 'auto' or 'never', got {tools!r}")
-        if not isinstance(show_actions, bool):
-            raise ValueError(f"show_actions must be true or false, got {show_actions!r}")
+        _check_endpoint(base_url, model, api_key_env)
+        _check_counts(retries=retries, history=history, concurrency=concurrency)
+        _check_limits(max_tokens=max_tokens, max_completion_tokens=max_completion_tokens, seed=seed)
+        _check_seconds(backoff=backoff, max_backoff=max_backoff, timeout=timeout)
+        _check_sampling(
+            temperature=temperature,
+            top_p=top_p,
+            presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty,
+        )
+        _check_modes(stop, reasoning_effort, extra_body, reasoning_model, tools, show_actions)
         self.show_actions = show_actions
         self.base_url = base_url.rstrip("/")
         self.model = model
