@@ -119,16 +119,7 @@ def create_app(
     restore ``info_delta`` answers).
     """
     entry = entry_for(env_id)  # NameNotFound with the registered ids
-    _check_positive("max_sessions", max_sessions, int)
-    if idle_timeout is not None and (
-        not isinstance(idle_timeout, (int, float)) or isinstance(idle_timeout, bool)
-    ):
-        raise ValueError(f"idle_timeout must be a positive number or None, got {idle_timeout!r}")
-    if idle_timeout is not None and idle_timeout <= 0:
-        raise ValueError(f"idle_timeout must be a positive number or None, got {idle_timeout!r}")
-    _check_positive("max_message_bytes", max_message_bytes, int)
-    if env_kwargs is not None and not isinstance(env_kwargs, dict):
-        raise TypeError(f"env_kwargs must be a dict, got {env_kwargs!r}")
+    _check_app_args(max_sessions, idle_timeout, max_message_bytes, env_kwargs)
     config = ServeConfig(
         env_id=entry.id,
         budget=budget,
@@ -137,13 +128,7 @@ def create_app(
         env_kwargs=dict(env_kwargs or {}),
         info_delta=bool(info_delta),
     )
-    host = config.make()  # fails here, not in the first session, on bad arguments
-    share = getattr(host.unwrapped, "shared_env_kwargs", None)
-    if callable(share):
-        config.shared_kwargs = dict(share())
-    else:
-        host.close()
-        host = None
+    host = _host_env(config)
 
     from fastapi import FastAPI
 
@@ -164,51 +149,11 @@ def create_app(
         env_name=entry.id.split("/")[-1],
     )
     server.register_routes(app)
-
-    async def close_env(env: SessionEnv) -> None:
-        if env.has_env:  # after the env calls queued on the worker, on its thread
-            await lane.close_env(env.close)
-        else:
-            env.close()
-
-    table = SessionTable(
-        make_session,
-        close_env,
-        max_sessions=max_sessions,
-        expire_s=idle_timeout if idle_timeout is not None else DEFAULT_IDLE_TIMEOUT,
-    )
+    table = _session_table(make_session, lane, max_sessions, idle_timeout)
     add_session_routes(app, table)
-
     counters = {"reaped": 0, "aborted": 0}
-
-    @app.get("/sessions", tags=["budget-envs"])
-    def sessions() -> dict[str, Any]:
-        """Sessions per route (``active`` / ``max``: on ``/ws``; ``http``: made over ``/mcp``
-        and ``POST /reset``), the Gymnasium envs alive (``envs``: every route's), idle sessions
-        closed (``reaped``), unattached ``/mcp`` sessions expired (``expired``), and the env
-        calls run so far (``env_calls``: inline and worker counts, and per kind the inline runs
-        and their seconds); ``aborted``: connections dropped because their client read nothing
-        for the send timeout."""
-        return {
-            "env_id": entry.id,
-            "active": table.ws_active,
-            "max": table.max_ws,
-            "http": {"active": table.http_active, "max": table.max_http},
-            "envs": counter.live,
-            "reaped": counters["reaped"],
-            "aborted": counters["aborted"],
-            "expired": table.expired,
-            "env_calls": lane.stats(),
-        }
-
-    async def close_host() -> None:
-        await table.close_all()
-        lane.close()
-        if app.state.host is not None:
-            app.state.host.close()
-            app.state.host = None
-
-    app.router.on_shutdown.append(close_host)
+    _add_sessions_route(app, entry.id, table, counter, lane, counters)
+    _add_shutdown(app, table, lane)
     app.state.host = host
     app.state.openenv_server = server
     app.state.config = config
@@ -220,6 +165,98 @@ def create_app(
     # Added last, so it runs first: a refused request reaches neither the guard nor the app.
     app.add_middleware(HostGuard, policy=HostPolicy(allow_hosts, allow_origins))
     return app
+
+
+def _check_app_args(
+    max_sessions: Any, idle_timeout: Any, max_message_bytes: Any, env_kwargs: Any
+) -> None:
+    """:func:`create_app`'s limits and ``env_kwargs``, checked before any env is made."""
+    _check_positive("max_sessions", max_sessions, int)
+    if idle_timeout is not None and (
+        not isinstance(idle_timeout, (int, float)) or isinstance(idle_timeout, bool)
+    ):
+        raise ValueError(f"idle_timeout must be a positive number or None, got {idle_timeout!r}")
+    if idle_timeout is not None and idle_timeout <= 0:
+        raise ValueError(f"idle_timeout must be a positive number or None, got {idle_timeout!r}")
+    _check_positive("max_message_bytes", max_message_bytes, int)
+    if env_kwargs is not None and not isinstance(env_kwargs, dict):
+        raise TypeError(f"env_kwargs must be a dict, got {env_kwargs!r}")
+
+
+def _host_env(config: ServeConfig) -> Any:
+    """One env made from ``config`` to check the arguments: kept as the sessions' host when
+    its family serves one of its own (``shared_env_kwargs``), else closed (None)."""
+    host = config.make()  # fails here, not in the first session, on bad arguments
+    share = getattr(host.unwrapped, "shared_env_kwargs", None)
+    if callable(share):
+        config.shared_kwargs = dict(share())
+    else:
+        host.close()
+        host = None
+    return host
+
+
+def _session_table(
+    make_session: Any, lane: EnvLane, max_sessions: int, idle_timeout: float | None
+) -> SessionTable:
+    """The app's sessions, each env closed on the lane when it has one."""
+
+    async def close_env(env: SessionEnv) -> None:
+        if env.has_env:  # after the env calls queued on the worker, on its thread
+            await lane.close_env(env.close)
+        else:
+            env.close()
+
+    return SessionTable(
+        make_session,
+        close_env,
+        max_sessions=max_sessions,
+        expire_s=idle_timeout if idle_timeout is not None else DEFAULT_IDLE_TIMEOUT,
+    )
+
+
+def _add_sessions_route(
+    app: Any,
+    env_id: str,
+    table: SessionTable,
+    counter: EnvCounter,
+    lane: EnvLane,
+    counters: dict[str, int],
+) -> None:
+    """Register ``GET /sessions`` on ``app``."""
+
+    @app.get("/sessions", tags=["budget-envs"])
+    def sessions() -> dict[str, Any]:
+        """Sessions per route (``active`` / ``max``: on ``/ws``; ``http``: made over ``/mcp``
+        and ``POST /reset``), the Gymnasium envs alive (``envs``: every route's), idle sessions
+        closed (``reaped``), unattached ``/mcp`` sessions expired (``expired``), and the env
+        calls run so far (``env_calls``: inline and worker counts, and per kind the inline runs
+        and their seconds); ``aborted``: connections dropped because their client read nothing
+        for the send timeout."""
+        return {
+            "env_id": env_id,
+            "active": table.ws_active,
+            "max": table.max_ws,
+            "http": {"active": table.http_active, "max": table.max_http},
+            "envs": counter.live,
+            "reaped": counters["reaped"],
+            "aborted": counters["aborted"],
+            "expired": table.expired,
+            "env_calls": lane.stats(),
+        }
+
+
+def _add_shutdown(app: Any, table: SessionTable, lane: EnvLane) -> None:
+    """On shutdown: every session closed, the lane stopped, the host env closed."""
+
+    async def close_host() -> None:
+        await table.close_all()
+        lane.close()
+        if app.state.host is not None:
+            app.state.host.close()
+            app.state.host = None
+
+    app.router.on_shutdown.append(close_host)
 
 
 def bind_warning(host: str) -> str | None:
