@@ -292,56 +292,77 @@ def add_session_routes(app: FastAPI, table: SessionTable) -> None:
     app.router.routes[:] = [
         r for r in app.router.routes if getattr(r, "path", None) not in REPLACED_PATHS
     ]
+    _add_ws_route(app, table)
+    _add_mcp_routes(app, table)
+    _add_http_routes(app, table)
+
+
+def _add_ws_route(app: FastAPI, table: SessionTable) -> None:
+    """Register ``/ws``: one session held by the socket, its messages answered in turn."""
 
     @app.websocket("/ws")
     async def ws_session(websocket: WebSocket) -> None:
         sock = await _Socket.accept(websocket)
         if sock is None:
             return  # the client left before its session began
-        requested = websocket.query_params.get("session_id")
-        try:
-            if requested:
-                session = table.attach(requested, websocket)
-            else:
-                session = table.open("ws", websocket)
-        except CapacityError as exc:
-            await sock.send(
-                _error(
-                    str(exc),
-                    "CAPACITY_REACHED",
-                    active_sessions=exc.active,
-                    max_sessions=exc.maximum,
-                )
-            )
-            await sock.close()
-            return
-        except SessionRefused as exc:
-            await sock.send(_error(str(exc), "SESSION_ERROR"))
-            await sock.close()
+        session = await _open_session(table, websocket, sock)
+        if session is None:
             return
         try:
-            while True:
-                text = await sock.receive()
-                if text is None:
-                    break
-                if type(text) is bytes:
-                    try:
-                        text = text.decode("utf-8")
-                    except UnicodeDecodeError:
-                        answer = _error(
-                            "Invalid JSON: a binary frame that is not UTF-8", "INVALID_JSON"
-                        )
-                        if not await sock.send(answer):
-                            break
-                        continue
-                answer = await _answer(table, session, text)
-                if answer is _CLOSE or not await sock.send(answer):
-                    break
+            await _serve_socket(table, session, sock)
         finally:
             if sock.gone:
                 log.debug("session %s ended: its client went away", session.id)
             await table.release(session)
             await sock.close()
+
+
+async def _open_session(table: SessionTable, websocket: WebSocket, sock: _Socket) -> Session | None:
+    """The socket's session: the one its ``session_id`` names, else a new one; None (the
+    client told why, the socket closed) when the table refuses."""
+    requested = websocket.query_params.get("session_id")
+    try:
+        if requested:
+            return table.attach(requested, websocket)
+        return table.open("ws", websocket)
+    except CapacityError as exc:
+        await sock.send(
+            _error(
+                str(exc),
+                "CAPACITY_REACHED",
+                active_sessions=exc.active,
+                max_sessions=exc.maximum,
+            )
+        )
+        await sock.close()
+        return None
+    except SessionRefused as exc:
+        await sock.send(_error(str(exc), "SESSION_ERROR"))
+        await sock.close()
+        return None
+
+
+async def _serve_socket(table: SessionTable, session: Session, sock: _Socket) -> None:
+    """Answer the socket's messages until it closes, goes away or asks to close."""
+    while True:
+        text = await sock.receive()
+        if text is None:
+            return
+        if type(text) is bytes:
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError:
+                answer = _error("Invalid JSON: a binary frame that is not UTF-8", "INVALID_JSON")
+                if not await sock.send(answer):
+                    return
+                continue
+        answer = await _answer(table, session, text)
+        if answer is _CLOSE or not await sock.send(answer):
+            return
+
+
+def _add_mcp_routes(app: FastAPI, table: SessionTable) -> None:
+    """Register ``/mcp`` on a WebSocket and over HTTP: JSON-RPC session methods."""
 
     @app.websocket("/mcp")
     async def mcp_socket(websocket: WebSocket) -> None:
@@ -365,6 +386,11 @@ def add_session_routes(app: FastAPI, table: SessionTable) -> None:
         payload, why = _loads(await request.body())
         answer = _rpc(None, error=(PARSE_ERROR, why)) if why else _mcp(table, payload, None)
         return JSONResponse(answer)
+
+
+def _add_http_routes(app: FastAPI, table: SessionTable) -> None:
+    """Register ``POST /reset`` (one reset in a session of its own) and ``POST /step``
+    (refused: it has no session)."""
 
     @app.post("/reset", tags=["budget-envs"])
     async def http_reset(request: Request) -> JSONResponse:
