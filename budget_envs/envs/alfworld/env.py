@@ -502,11 +502,8 @@ class AlfWorldEnv(ReachFaults, TextAgentEnv):
         return out
 
     # ------------------------------------------------------------------ oracle
-    def oracle_actions(self) -> list[str]:
-        """The oracle's next action (one optimal-by-its-lights action; empty once over)."""
-        self._require_reset()
-        if self._done:
-            return []
+    def _oracle_actions(self) -> list[str]:
+        """The oracle's next action (one optimal-by-its-lights action)."""
         if self._oracle is not None and not self.blocked:
             return [self._oracle.next_action()]
         if self._model is not None and (self.oracle_kind == "model" or self.blocked):
@@ -526,13 +523,8 @@ class AlfWorldEnv(ReachFaults, TextAgentEnv):
                 )
         return self._planner.plan()[:1]
 
-    def cost_to_go(self) -> int:
+    def _cost_to_go(self) -> int:
         """Fewest turns to success from here (the model; Fast Downward's plan length as fallback)."""
-        self._require_reset()
-        if self.won:
-            return 0
-        if self.lost:
-            return UNREACHABLE
         if self._model is not None:
             solved = self._model_solve()
             if solved is not None:
