@@ -5,32 +5,48 @@ Four contrasts per family (:data:`CONTRASTS`, fixed before any record is read), 
 headline difference (``fixed_generous - base``); secondary differences (no correction); the
 stop-reason mix and whether the budget binds at all; Pass@(K,T); the learning curve.
 
-Every interval comes from one crossed paired bootstrap (:func:`crossed_weights`): the same
-evaluation tasks are played under every training seed, so seeds and tasks are crossed factors,
-and each resample draws the seeds with replacement and, independently, the tasks with
-replacement; a unit (task, seed) counts (times its seed was drawn) x (times its task was drawn).
-A hard task drawn once is then hard under every drawn seed, as in the records; the older
-hierarchical draw (:func:`hierarchical_weights`: tasks resampled inside each drawn seed) averaged
-a task's difficulty over seeds and understated the task variance. Every agent of a comparison
-gets the same draws. A statistic pools the drawn units (a ratio of weighted sums,
-:class:`Term`). The generator is seeded, so the same records give the same numbers.
+The statistics pool (seed, task) units (:mod:`budget_envs.study.units`); every interval comes
+from one crossed paired bootstrap (:mod:`budget_envs.study.bootstrap`), and the contrasts are
+corrected with Holm's step-down (:mod:`budget_envs.study.holm`). The results are the records of
+:mod:`budget_envs.study.results`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from budget_envs.study.bootstrap import CONFIDENCE, Draws
+from budget_envs.study.bootstrap import crossed_weights as crossed_weights
+from budget_envs.study.bootstrap import hierarchical_weights as hierarchical_weights
 from budget_envs.study.folder import select
-from budget_envs.study.spec import BASE, RANDOM, RL, Family, StudySpec, curve_agent
+from budget_envs.study.holm import ALPHA as ALPHA
+from budget_envs.study.holm import HolmStep, holm
+from budget_envs.study.results import (
+    Analysis,
+    Binding,
+    ContrastResult,
+    CurvePoint,
+    Level,
+    PairDiff,
+    PassK,
+    StopMix,
+)
+from budget_envs.study.spec import BASE, RANDOM, RL, StudySpec, curve_agent
+from budget_envs.study.units import (
+    BUDGETS,
+    FamilyUnits,
+    Term,
+    _episodes,
+    _first,
+    budget_of,
+    draws,
+    family_units,
+)
 
-#: Family-wise error rate of each family's four contrasts (Holm), and the two-sided level of
-#: every uncorrected interval (headline, secondary rows, levels, Pass@(K,T), curve).
-ALPHA = 0.05
-CONFIDENCE = 0.95
 #: The budget binds in a family when at least this share of the base's or RL's no-fault
 #: episodes end by budget at the tight T (the smallest T the contrasts ask about, where the
 #: share is largest); a family where it never binds is reported but left out of the claims
@@ -38,33 +54,9 @@ CONFIDENCE = 0.95
 BINDS_AT = 0.10
 #: The design wants the base at least this far above random at the generous T (Pass@1).
 BASE_MARGIN = 0.10
-#: Seed of the bootstrap's generator.
-BOOT_SEED = 0
 #: Stop reasons in table order (``budget_envs.core.STOP_REASONS``); others follow sorted, and an
 #: episode without a reason (an agent error) counts as "error".
 REASONS = ("won", "lost", "budget")
-
-#: The per-unit metrics a :class:`Term` can take.
-METRICS = ("pass1", "single_step", "recovery")
-#: The T a Pass@1 term can name, resolved per family.
-BUDGETS = ("tight", "generous", "top")
-
-
-@dataclass(frozen=True)
-class Term:
-    """``weight`` x ``metric`` of ``agent``: Pass@1 at the family's ``budget`` (tight,
-    generous or top: the grid's largest T), single-step accuracy, or relative recovery."""
-
-    weight: float
-    agent: str
-    metric: str
-    budget: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.metric not in METRICS:
-            raise ValueError(f"metric must be one of {METRICS}, got {self.metric!r}")
-        if (self.metric == "pass1") != (self.budget in BUDGETS):
-            raise ValueError(f"a pass1 term needs a budget among {BUDGETS}, got {self!r}")
 
 
 @dataclass(frozen=True)
@@ -113,406 +105,6 @@ CONTRASTS: tuple[Contrast, ...] = (
         _diff("mix", "fixed_generous", "pass1", "generous"),
     ),
 )
-
-
-# ---------------------------------------------------------------------- units and their metrics
-Unit = tuple[int, str]
-
-
-@dataclass
-class AgentUnits:
-    """One agent's numbers per (seed, task) unit, budget hidden."""
-
-    #: First-success turn of each no-fault sample (0: never won).
-    first: dict[Unit, list[int]] = field(default_factory=dict)
-    #: Probes: (correct, answered).
-    probes: dict[Unit, tuple[int, int]] = field(default_factory=dict)
-    #: Fault episodes whose fault fired and whose no-fault twin was won: (won too, count).
-    recovery: dict[Unit, tuple[int, int]] = field(default_factory=dict)
-
-
-@dataclass
-class FamilyUnits:
-    """The budget-hidden numbers of one family, per agent and unit, and the bootstrap draws
-    already made (one weight matrix per unit set and number of draws)."""
-
-    family: Family
-    agents: dict[str, AgentUnits]
-    _weights: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
-
-    def units(self, agents: Iterable[str]) -> list[Unit]:
-        """The units every one of ``agents`` played (sorted by seed, then task)."""
-        sets = [set(self.agents[a].first) for a in agents]
-        return sorted(set.intersection(*sets)) if sets else []
-
-    def weights(self, units: Sequence[Unit], n_boot: int) -> np.ndarray:
-        key = (tuple(units), n_boot)
-        if key not in self._weights:
-            self._weights[key] = crossed_weights(
-                [s for s, _ in units], [t for _, t in units], n_boot, BOOT_SEED
-            )
-        return self._weights[key]
-
-    def arrays(self, term: Term, units: Sequence[Unit]) -> tuple[np.ndarray, np.ndarray]:
-        """Numerator and denominator of ``term``'s metric per unit (unweighted)."""
-        a = self.agents[term.agent]
-        if term.metric == "pass1":
-            t = budget_of(self.family, term.budget)
-            num = [np.mean([0 < f <= t for f in a.first[u]]) for u in units]
-            return np.asarray(num, dtype=float), np.ones(len(units))
-        table = a.probes if term.metric == "single_step" else a.recovery
-        pairs = np.array([table.get(u, (0, 0)) for u in units], dtype=float).reshape(-1, 2)
-        return pairs[:, 0], pairs[:, 1]
-
-
-def budget_of(fam: Family, name: str | None) -> int:
-    """The T a term's budget names in ``fam``."""
-    if name == "tight":
-        return fam.tight
-    if name == "generous":
-        return fam.generous
-    if name == "top":
-        return max(fam.eval_budgets)
-    raise ValueError(f"budget must be one of {BUDGETS}, got {name!r}")
-
-
-def _first(r: Mapping[str, Any]) -> int:
-    fs = r.get("first_success_turn")
-    return int(fs) if fs is not None else 0
-
-
-def _episodes(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [r for r in records if r.get("record", "episode") == "episode" and not r.get("error")]
-
-
-def family_units(fam: Family, records: Sequence[Mapping[str, Any]]) -> FamilyUnits:
-    """Every agent's per-unit numbers in ``fam``'s budget-hidden records (any agent name,
-    learning-curve checkpoints included).
-
-    Relative recovery counts the fault episodes whose fault fired (non-empty ``faults``) and
-    whose no-fault twin (same task, seed and sample) was won within the grid's largest T: its
-    numerator is how many of them were won too, its denominator how many twins were won (all).
-    """
-    top = max(fam.eval_budgets)
-    mine = [dict(r, _unit=(int(r["study_seed"]), str(r["task_id"]))) for r in records]
-    mine = [r for r in mine if r["study_family"] == fam.name and r["study_visibility"] == "hidden"]
-    agents: dict[str, AgentUnits] = {}
-    twins: dict[tuple, int] = {}
-    for r in _episodes(mine):
-        if r.get("fault_turn") is None:
-            a = agents.setdefault(r["agent"], AgentUnits())
-            a.first.setdefault(r["_unit"], []).append(_first(r))
-            twins[(r["agent"], r["_unit"], int(r["sample"]))] = _first(r)
-    for r in _episodes(mine):
-        twin = twins.get((r["agent"], r["_unit"], int(r.get("sample", -1))))
-        if r.get("fault_turn") is None or r["agent"] not in agents or not r.get("faults"):
-            continue
-        if twin is None or not 0 < twin <= top:
-            continue
-        won, n = agents[r["agent"]].recovery.get(r["_unit"], (0, 0))
-        agents[r["agent"]].recovery[r["_unit"]] = (won + int(0 < _first(r) <= top), n + 1)
-    for r in mine:
-        if r.get("record") != "probe" or r.get("error") or r.get("correct") is None:
-            continue
-        if r["agent"] in agents:
-            right, n = agents[r["agent"]].probes.get(r["_unit"], (0, 0))
-            agents[r["agent"]].probes[r["_unit"]] = (right + bool(r["correct"]), n + 1)
-    return FamilyUnits(fam, agents)
-
-
-# ---------------------------------------------------------------------- the bootstrap
-def hierarchical_weights(
-    unit_seeds: Sequence[int], n_boot: int, seed: int = BOOT_SEED
-) -> np.ndarray:
-    """How often each unit is drawn in each of ``n_boot`` hierarchical resamples, shape
-    ``(n_boot, units)``.
-
-    ``unit_seeds[i]`` is the training seed of unit i. Each resample draws as many seeds as
-    there are, with replacement, then for each drawn seed as many of its units as it has, with
-    replacement. With one seed the seed level has one outcome and draws nothing, so the draws
-    are those of ``rng.integers(0, n, size=(n_boot, n))``: a plain task bootstrap
-    (:func:`budget_envs.study.stats.bootstrap` draws the same).
-    """
-    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
-        raise ValueError(f"n_boot must be a positive int, got {n_boot!r}")
-    unit_seeds = np.asarray(unit_seeds)
-    if unit_seeds.ndim != 1 or unit_seeds.size == 0:
-        raise ValueError(f"unit_seeds must be a non-empty list, got {unit_seeds.tolist()!r}")
-    rng = np.random.default_rng(seed)
-    seeds = np.unique(unit_seeds)
-    members = [np.flatnonzero(unit_seeds == s) for s in seeds]
-    sizes = np.array([len(m) for m in members])
-    order = np.concatenate(members)  # units grouped by seed
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    n_seeds, width = len(seeds), int(sizes.max())
-    if n_seeds == 1:
-        picks = np.zeros((n_boot, 1), dtype=np.int64)
-    else:
-        picks = rng.integers(0, n_seeds, size=(n_boot, n_seeds))
-    drawn = sizes[picks][..., None]  # (n_boot, seeds, 1): units of each drawn seed
-    tasks = rng.integers(0, np.broadcast_to(drawn, (n_boot, n_seeds, width)))
-    keep = np.arange(width) < drawn
-    idx = order[(offsets[picks][..., None] + tasks)[keep].reshape(-1)]
-    rows = np.broadcast_to(np.arange(n_boot)[:, None, None], keep.shape)[keep]
-    counts = np.bincount(rows * unit_seeds.size + idx, minlength=n_boot * unit_seeds.size)
-    return counts.reshape(n_boot, unit_seeds.size).astype(float)
-
-
-def crossed_weights(
-    unit_seeds: Sequence[Any], unit_tasks: Sequence[Any], n_boot: int, seed: int = BOOT_SEED
-) -> np.ndarray:
-    """How often each unit counts in each of ``n_boot`` crossed resamples, shape
-    ``(n_boot, units)``: (draws of its seed) x (draws of its task), the seeds drawn with
-    replacement as many as there are, the tasks likewise and independently.
-
-    With one seed nothing is drawn at the seed level, and the task draws are those of
-    ``rng.integers(0, n, size=(n_boot, n))`` over the tasks in their first-seen order: a plain
-    task bootstrap (:func:`budget_envs.study.stats.bootstrap` draws the same). Units that are
-    not a full seeds x tasks grid (a seed that missed a task) are weighted the same way; a
-    resample that draws none of a statistic's units is left out by the caller.
-    """
-    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
-        raise ValueError(f"n_boot must be a positive int, got {n_boot!r}")
-    if len(unit_seeds) != len(unit_tasks) or not len(unit_seeds):
-        raise ValueError("unit_seeds and unit_tasks must be non-empty and of one length")
-    rng = np.random.default_rng(seed)
-    seed_ids = {s: i for i, s in enumerate(dict.fromkeys(unit_seeds))}
-    task_ids = {t: i for i, t in enumerate(dict.fromkeys(unit_tasks))}
-    si = np.array([seed_ids[s] for s in unit_seeds])
-    ti = np.array([task_ids[t] for t in unit_tasks])
-    n_s, n_t = len(seed_ids), len(task_ids)
-
-    def counts(n: int) -> np.ndarray:
-        picks = rng.integers(0, n, size=(n_boot, n))
-        rows = np.repeat(np.arange(n_boot), n)
-        return np.bincount(rows * n + picks.reshape(-1), minlength=n_boot * n).reshape(n_boot, n)
-
-    seed_counts = np.ones((n_boot, 1), dtype=np.int64) if n_s == 1 else counts(n_s)
-    task_counts = counts(n_t)
-    return (seed_counts[:, si] * task_counts[:, ti]).astype(float)
-
-
-@dataclass(frozen=True)
-class Draws:
-    """A statistic on the records (``value``) and on each resample (``boots``, the finite ones)."""
-
-    value: float
-    boots: np.ndarray
-    units: int
-    seeds: int
-
-    def interval(self, level: float = CONFIDENCE) -> tuple[float, float]:
-        """The percentile interval at ``level``."""
-        tail = (1.0 - level) / 2.0
-        low, high = np.quantile(self.boots, [tail, 1.0 - tail])
-        return float(low), float(high)
-
-    @property
-    def p(self) -> float:
-        """Two-sided bootstrap p-value of "the statistic is 0": twice the smaller share of
-        resamples on either side of 0 (0 itself counts on both), at most 1."""
-        below = float(np.mean(self.boots <= 0))
-        above = float(np.mean(self.boots >= 0))
-        return min(1.0, 2.0 * min(below, above))
-
-
-def draws(
-    fu: FamilyUnits, terms: Sequence[Term], n_boot: int, units: Sequence[Unit] | None = None
-) -> Draws | str:
-    """The statistic ``sum(weight x metric)`` over the units every term's agent played (or
-    ``units``), on the records and on each paired resample; a string says why it cannot be
-    computed (an agent without records, no unit, a metric without data)."""
-    agents = list(dict.fromkeys(t.agent for t in terms))
-    missing = [a for a in agents if a not in fu.agents]
-    if missing:
-        return f"no records of {', '.join(missing)}"
-    units = fu.units(agents) if units is None else list(units)
-    if not units:
-        return f"no (task, seed) unit played by all of {', '.join(agents)}"
-    w = fu.weights(units, n_boot)
-    value, boots = 0.0, np.zeros(n_boot)
-    for term in terms:
-        num, den = fu.arrays(term, units)
-        if den.sum() == 0:
-            what = "no probe records" if term.metric == "single_step" else "no fired fault"
-            why = "" if term.metric == "single_step" else " after a won no-fault twin"
-            return f"{what}{why} of {term.agent}"
-        value += term.weight * num.sum() / den.sum()
-        with np.errstate(invalid="ignore", divide="ignore"):
-            boots = boots + term.weight * (w @ num) / (w @ den)
-    # A resample without any data of a ratio metric has no value: it is left out.
-    boots = boots[np.isfinite(boots)]
-    if not boots.size:
-        return "no resample with data"
-    return Draws(float(value), boots, len(units), len({s for s, _ in units}))
-
-
-# ---------------------------------------------------------------------- Holm
-@dataclass(frozen=True)
-class HolmStep:
-    """A test's place in Holm's step-down: its rank by p-value (1 = smallest), the interval
-    level of that rank (``1 - alpha / (m - rank + 1)``), its adjusted p-value, whether the
-    procedure rejects it (every smaller p-value rejected and its own below its threshold)."""
-
-    rank: int
-    level: float
-    adjusted: float
-    rejected: bool
-
-
-def holm(pvalues: Sequence[float], alpha: float = ALPHA) -> list[HolmStep]:
-    """Holm's step-down procedure over ``pvalues`` (ties keep their order), one step per
-    p-value in the given order."""
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    m = len(pvalues)
-    order = sorted(range(m), key=lambda i: (pvalues[i], i))
-    out: list[HolmStep | None] = [None] * m
-    adjusted, going = 0.0, True
-    for rank, i in enumerate(order, 1):
-        left = m - rank + 1
-        adjusted = max(adjusted, min(1.0, left * pvalues[i]))
-        going = going and pvalues[i] <= alpha / left
-        out[i] = HolmStep(rank, 1.0 - alpha / left, adjusted, going)
-    return [s for s in out if s is not None]
-
-
-# ---------------------------------------------------------------------- results
-#: A contrast's verdict: Holm rejects and the interval lies above 0 / below 0; Holm does not
-#: reject (or the interval holds 0); its agents have no records.
-VERDICTS = ("supported", "contradicted", "inconclusive", "not run")
-
-
-@dataclass(frozen=True)
-class Binding:
-    """Whether the budget binds in a family: the share of no-fault episodes of the base and of
-    RL that end by budget at the tight T (None: no records). ``binds`` is None when
-    neither has records."""
-
-    family: str
-    t: int
-    shares: dict[str, float | None]
-    binds: bool | None
-
-
-@dataclass(frozen=True)
-class ContrastResult:
-    """One pre-registered contrast in one family: the estimate, its Holm interval, the
-    adjusted p-value and the verdict (``note`` says why it was not run)."""
-
-    family: str
-    name: str
-    text: str
-    how: str
-    verdict: str
-    estimate: float | None = None
-    low: float | None = None
-    high: float | None = None
-    level: float | None = None
-    p: float | None = None
-    p_holm: float | None = None
-    rank: int | None = None
-    tests: int = 0
-    units: int = 0
-    seeds: int = 0
-    note: str = ""
-    #: False when the budget does not bind in the family: shown, but not a claim.
-    claimed: bool = False
-
-
-@dataclass(frozen=True)
-class PairDiff:
-    """``a - b`` of one metric at one T (Pass@1) in a family, with a paired crossed
-    interval at ``level`` (no multiplicity correction): a headline or a secondary row."""
-
-    family: str
-    kind: str
-    a: str
-    b: str
-    metric: str
-    budget: str | None
-    t: int | None
-    estimate: float | None
-    low: float | None
-    high: float | None
-    level: float
-    p: float | None
-    units: int
-    seeds: int
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class Level:
-    """One agent's metric in a family, with a crossed-bootstrap interval (None: no data)."""
-
-    family: str
-    agent: str
-    metric: str
-    budget: str | None
-    t: int | None
-    value: float | None
-    low: float | None
-    high: float | None
-    units: int
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class StopMix:
-    """The share of each stop reason among an agent's no-fault episodes at T (budget hidden;
-    derived at a smaller T, :func:`derived_stop`)."""
-
-    family: str
-    agent: str
-    t: int
-    episodes: int
-    shares: dict[str, float]
-
-
-@dataclass(frozen=True)
-class PassK:
-    """Pass@(K,T) of an agent (unbiased estimator over its samples), per unit then pooled,
-    with a crossed-bootstrap interval."""
-
-    family: str
-    agent: str
-    k: int
-    t: int
-    value: float
-    low: float
-    high: float
-    units: int
-
-
-@dataclass(frozen=True)
-class CurvePoint:
-    """Pass@1 at the generous T of a checkpoint of the learning curve, with a bootstrap
-    interval over the tasks of the curve's seed (None: the checkpoint has no records)."""
-
-    family: str
-    seed: int
-    agent: str
-    steps: int
-    t: int
-    value: float | None
-    low: float | None
-    high: float | None
-    units: int
-
-
-@dataclass
-class Analysis:
-    """Every statistic of :func:`analyse`."""
-
-    contrasts: list[ContrastResult]
-    bindings: list[Binding]
-    headline: list[PairDiff]
-    secondary: list[PairDiff]
-    levels: list[Level]
-    stops: list[StopMix]
-    pass_k: list[PassK]
-    curve: list[CurvePoint]
 
 
 # ---------------------------------------------------------------------- the statistics
