@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from budget_envs import demo
+from budget_envs.commands.args import ints, json_dict
 from budget_envs.commands.common import (
     StageBars,
     check_env_ids,
@@ -22,7 +23,41 @@ from budget_envs.commands.common import (
 )
 from budget_envs.errors import UsageError
 
-__all__ = ["cmd_demo"]
+__all__ = ["add_demo_parser", "cmd_demo"]
+
+
+def add_demo_parser(sub: Any) -> None:
+    """The ``demo`` subcommand's arguments."""
+    d = sub.add_parser(
+        "demo",
+        help="the main job: reference agents on every registered family, and a trained pair",
+    )
+    d.add_argument("--out", default="demo_out", help="output directory (default demo_out)")
+    d.add_argument("--tasks", type=int, default=5, help="tasks per env, spread over its task list")
+    d.add_argument("--samples", type=int, default=4)
+    d.add_argument("--epsilon", type=float, default=0.3)
+    d.add_argument("--probe-states", type=int, default=4)
+    d.add_argument(
+        "--fault-turns", type=ints, default=[1, 2, 4], help="fault probe turns (default 1,2,4)"
+    )
+    d.add_argument("--max-turns", type=int, default=None, help="cap each family's T_max")
+    d.add_argument("--workers", type=int, default=2)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--env", action="append", default=None, help="only these ids (repeatable)")
+    d.add_argument("--no-figures", action="store_true")
+    d.add_argument("--quiet", action="store_true", help="no progress bars")
+    d.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit non-zero when a family is skipped (always on under CI=true)",
+    )
+    d.add_argument(
+        "--no-train",
+        action="store_true",
+        help="skip the trained pair (fixed-T and BudgetMix policies on ToolUse, RLlib)",
+    )
+    # Field overrides of the trained pair's Family (smaller runs in tests), as JSON.
+    d.add_argument("--train-sizes", type=json_dict, default=None, help=argparse.SUPPRESS)
 
 
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:

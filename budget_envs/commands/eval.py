@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
+from budget_envs.commands.args import grid, ints, json_dict
 from budget_envs.commands.common import (
     check_env_ids,
     options_named,
@@ -24,13 +25,135 @@ from budget_envs.errors import UsageError
 if TYPE_CHECKING:
     from budget_envs.eval.runner import EvalPlan, RunResult
 
-__all__ = ["TRUST_POLICY_HELP", "cmd_eval", "parse_agents"]
+__all__ = ["TRUST_POLICY_HELP", "add_eval_parser", "cmd_eval", "parse_agents"]
 
 TRUST_POLICY_HELP = (
     "let policy:DIR agents load a folder that needs unpickling (an RLlib checkpoint without "
     "module.safetensors): unpickling runs any code the file names, so only for folders you "
     "trained yourself (docs/training.md)"
 )
+
+
+def add_eval_parser(sub: Any) -> None:
+    """The ``eval`` subcommand's arguments."""
+    e = sub.add_parser("eval", help="evaluate agents: tasks x samples x budgets x faults")
+    e.add_argument("env_ids", nargs="+", metavar="ENV_ID")
+    _add_agent_options(e)
+    _add_grid_options(e)
+    e.add_argument("--trust-policy", action="store_true", help=TRUST_POLICY_HELP)
+    _add_probe_options(e)
+    _add_run_options(e)
+
+
+def _add_agent_options(e: argparse.ArgumentParser) -> None:
+    """``eval``'s agents: ``--agent``, ``--agent-config``, ``--concurrency``."""
+    e.add_argument(
+        "--agent",
+        action="append",
+        metavar="[NAME=]SPEC",
+        help="random | oracle | oracle:epsilon=0.3 | chat:base_url=URL,model=NAME[,temperature=0.7,"
+        'max_tokens=256,stop=["\\n"],extra_body={...},api_key_env=VAR,concurrency=64,...] | '
+        "policy:DIR[,greedy=true] | lm:model=smollm2-135m[,temperature=0.7,max_tokens=64]; "
+        "values are JSON when they parse (repeatable; see docs/llm-agents.md, docs/training.md)",
+    )
+    e.add_argument(
+        "--agent-config",
+        action="append",
+        metavar="FILE",
+        help="agents from a YAML or JSON file: one mapping with kind: chat, ... or "
+        "agents: {NAME: ...} (repeatable)",
+    )
+    e.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="requests in flight per process for chat agents (default: their spec's, 64)",
+    )
+
+
+def _add_grid_options(e: argparse.ArgumentParser) -> None:
+    """``eval``'s grid: tasks, samples, budgets, visibility and faults."""
+    e.add_argument(
+        "--tasks",
+        type=int,
+        default=5,
+        help="N tasks of each env, spread over its levels (default 5; intervals need 10+)",
+    )
+    e.add_argument("--samples", type=int, default=4, help="episodes per task: n of Pass@(K,T)")
+    e.add_argument(
+        "--budgets",
+        type=grid,
+        default=None,
+        help="the budgets played: 5,10,20, a range 4..12 or 4..12:4 (default: T_max)",
+    )
+    e.add_argument(
+        "--visibility",
+        default="hidden",
+        help="hidden (default; one run gives every T), remaining, final_warning",
+    )
+    e.add_argument(
+        "--fault-turns",
+        type=ints,
+        default=None,
+        help="also run with one fault at each of these turns",
+    )
+    e.add_argument("--fault-kinds", default="slip,drop", help="fault kinds (default slip,drop)")
+
+
+def _add_probe_options(e: argparse.ArgumentParser) -> None:
+    """``eval``'s probes: single-step probes, prefix probes, oracle agreement."""
+    e.add_argument(
+        "--probe-states",
+        type=int,
+        default=0,
+        help="single-step probes from the first N oracle-prefix states",
+    )
+    e.add_argument(
+        "--prefix-turns",
+        type=ints,
+        default=None,
+        metavar="T1,T2",
+        help="prefix probes: replay the first t turns of failed episodes, then each agent plays "
+        "the remaining T - t turns (e.g. 2,4; off by default)",
+    )
+    e.add_argument(
+        "--prefix-from",
+        default=None,
+        metavar="own|NAME|[NAME=]SPEC",
+        help="whose failed episodes are replayed: own (default: each agent its own), an --agent's "
+        "name, or a reference agent's spec such as random or eps=oracle:epsilon=0.3 (added to "
+        "the run); the same source for every agent is what compare pairs",
+    )
+    e.add_argument(
+        "--prefix-episodes",
+        type=int,
+        default=20,
+        metavar="N",
+        help="failed episodes replayed per env and source, spread over the tasks (default 20)",
+    )
+    e.add_argument(
+        "--no-oracle", action="store_true", help="do not record per-turn oracle agreement"
+    )
+
+
+def _add_run_options(e: argparse.ArgumentParser) -> None:
+    """``eval``'s run: seed, env kwargs, the run folder, workers, resume and output."""
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument(
+        "--env-kwargs", type=json_dict, default=None, help="JSON constructor kwargs of the env"
+    )
+    e.add_argument("--out", required=True, metavar="RUN", help="run directory")
+    e.add_argument("--workers", type=int, default=1, help="local worker processes")
+    e.add_argument(
+        "--ray", default=None, metavar="auto|local|ADDRESS", help="play episodes on Ray env actors"
+    )
+    e.add_argument("--resume", action="store_true", help="continue RUN, skipping finished episodes")
+    e.add_argument("--quiet", action="store_true", help="no progress bar")
+    e.add_argument(
+        "--save-transcripts",
+        action="store_true",
+        help="also write RUN/transcripts.jsonl: every episode as an OpenAI-style chat row",
+    )
 
 
 def _load_agent_config(path: str) -> list[tuple[str | None, str]]:

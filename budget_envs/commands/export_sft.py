@@ -8,10 +8,11 @@ import json
 import sys
 from typing import Any, TextIO
 
+from budget_envs.commands.args import json_dict
 from budget_envs.commands.common import check_env_ids, options_named
 from budget_envs.errors import UsageError
 
-__all__ = ["EXPORT_FORMAT_HELP", "cmd_export_sft"]
+__all__ = ["EXPORT_FORMAT_HELP", "add_export_sft_parser", "cmd_export_sft"]
 
 #: ``--format``'s help.
 EXPORT_FORMAT_HELP = (
@@ -19,6 +20,27 @@ EXPORT_FORMAT_HELP = (
     "the offered actions listed (what budgetmix train --trainer sft reads: "
     '--sft-kwargs \'{"data": "DIR/train.jsonl"}\')'
 )
+
+
+def add_export_sft_parser(sub: Any) -> None:
+    """The ``export-sft`` subcommand's arguments."""
+    x = sub.add_parser("export-sft", help="oracle demonstrations as chat rows, DIR/SPLIT.jsonl")
+    x.add_argument("env_id", metavar="ENV_ID")
+    x.add_argument("--tasks", type=int, required=True, help="N tasks, spread over the levels")
+    x.add_argument("--out", required=True, metavar="DIR", help="folder of SPLIT.jsonl")
+    x.add_argument("--split", default="train", choices=("train", "valid", "test", "test_unseen"))
+    x.add_argument(
+        "--agent",
+        default="oracle",
+        help="oracle (default), oracle-eps (epsilon 0.3 random turns), oracle-eps0.1, or any "
+        "eval agent spec",
+    )
+    x.add_argument("--budget", type=int, default=None, help="turn budget (default: the env's)")
+    x.add_argument("--visibility", default="hidden", help="hidden, remaining, final_warning")
+    x.add_argument("--env-kwargs", type=json_dict, default=None, help="JSON constructor kwargs")
+    x.add_argument("--seed", type=int, default=0)
+    x.add_argument("--quiet", action="store_true", help="no progress bar")
+    x.add_argument("--format", default="chat", choices=("chat", "lm"), help=EXPORT_FORMAT_HELP)
 
 
 def _write_lm_rows(args: argparse.Namespace, folder: Any, explore: float) -> tuple[list, Any]:

@@ -6,10 +6,35 @@ import argparse
 import warnings
 from typing import Any, TextIO
 
+from budget_envs.commands.args import json_dict
 from budget_envs.commands.common import check_env_ids, parse_faults
 from budget_envs.errors import UsageError
 
-__all__ = ["cmd_play"]
+__all__ = ["add_play_parser", "cmd_play"]
+
+
+def add_play_parser(sub: Any) -> None:
+    """The ``play`` subcommand's arguments."""
+    pl = sub.add_parser("play", help="play an env in the terminal, budget shown")
+    pl.add_argument("env_id", metavar="ENV_ID")
+    pl.add_argument("--budget", type=int, default=None, help="turn budget (default: the env's)")
+    pl.add_argument("--task", default=None, help="task id or index")
+    pl.add_argument("--seed", type=int, default=None)
+    pl.add_argument(
+        "--visibility",
+        default="hidden",
+        help="what the observation says about the budget: hidden (default), remaining, "
+        "final_warning (the status line under it always shows the turns)",
+    )
+    pl.add_argument(
+        "--faults",
+        default=None,
+        metavar="KINDS|JSON",
+        help="inject faults: kinds such as slip,drop (a fault on 10%% of turns) or a JSON object "
+        'of ErrorInjection arguments, e.g. {"kinds": ["slip"], "at_turn": 2}; the faults are '
+        "listed when the episode ends",
+    )
+    pl.add_argument("--env-kwargs", type=json_dict, default=None)
 
 
 def cmd_play(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:

@@ -8,7 +8,18 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-__all__ = ["cmd_prepare", "hook_parser", "model_parser"]
+__all__ = ["add_prepare_parser", "cmd_prepare", "hook_parser", "model_parser"]
+
+
+def add_prepare_parser(sub: Any) -> None:
+    """The ``prepare`` subcommand's arguments: a family, then that family's own options."""
+    pr = sub.add_parser(
+        "prepare",
+        help="generate and cache a family's files (budgetmix prepare FAMILY --help), or "
+        "prepare a language model (budgetmix prepare model NAME)",
+    )
+    pr.add_argument("family")
+    pr.add_argument("rest", nargs=argparse.REMAINDER)
 
 
 def _hook_doc_args(doc: str) -> dict[str, str]:

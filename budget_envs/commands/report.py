@@ -10,12 +10,39 @@ from typing import Any, TextIO
 from budget_envs.commands.common import print_few_tasks_warning
 from budget_envs.errors import OutDirError, UsageError
 
-__all__ = ["KEEP_HELP", "add_report_options", "cmd_compare", "cmd_report", "keep_share"]
+__all__ = [
+    "KEEP_HELP",
+    "add_compare_parser",
+    "add_report_options",
+    "add_report_parser",
+    "cmd_compare",
+    "cmd_report",
+    "keep_share",
+]
 
 KEEP_HELP = (
     "the share of Pass@1 at T_max whose smallest T the report's 'What a turn buys' section "
     "gives, with an interval (default 0.95)"
 )
+
+
+def add_report_parser(sub: Any) -> None:
+    """The ``report`` subcommand's arguments."""
+    r = sub.add_parser("report", help="tables and figures of a run")
+    r.add_argument("run", metavar="RUN")
+    r.add_argument("--out", default=None, help="default RUN/report")
+    add_report_options(r)
+
+
+def add_compare_parser(sub: Any) -> None:
+    """The ``compare`` subcommand's arguments."""
+    c = sub.add_parser("compare", help="difference surface RUN_B - RUN_A")
+    c.add_argument("run_a", metavar="RUN_A")
+    c.add_argument("run_b", metavar="RUN_B")
+    c.add_argument("--agent-a", default=None, help="agent of RUN_A (when it holds several)")
+    c.add_argument("--agent-b", default=None, help="agent of RUN_B (when it holds several)")
+    c.add_argument("--out", default=None, help="default RUN_B/compare")
+    add_report_options(c)
 
 
 def add_report_options(parser: argparse.ArgumentParser) -> None:

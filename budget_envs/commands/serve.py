@@ -10,13 +10,47 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from budget_envs.commands.args import json_dict
 from budget_envs.commands.common import missing_modules, parse_faults, pip_extra
+from budget_envs.hostcheck import add_host_policy_args
 
-__all__ = ["cmd_export_webshop", "cmd_serve", "cmd_serve_web", "dispatch"]
+__all__ = [
+    "add_dispatch_parsers",
+    "add_serve_parser",
+    "cmd_export_webshop",
+    "cmd_serve",
+    "cmd_serve_web",
+    "dispatch",
+]
 
 
 _WEBSHOP_CLI = "budget_envs.envs.webshop.cli"
 _NO_WEBSHOP = "The web shop family is not installed."
+
+
+def add_dispatch_parsers(sub: Any) -> None:
+    """The ``serve-web`` and ``export-webshop`` subcommands: the rest is the family's to parse."""
+    sw = sub.add_parser("serve-web", help="serve the web shop over HTTP")
+    sw.add_argument("rest", nargs=argparse.REMAINDER)
+    ew = sub.add_parser("export-webshop", help="export the web shop's data")
+    ew.add_argument("rest", nargs=argparse.REMAINDER)
+
+
+def add_serve_parser(sub: Any) -> None:
+    """The ``serve`` subcommand's arguments."""
+    sv = sub.add_parser("serve", help="serve an env over OpenEnv's protocol (openenv extra)")
+    sv.add_argument("env_id", metavar="ENV_ID")
+    sv.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--budget", default=None, help="budget spec (default: the env's; none: bare)")
+    sv.add_argument("--visibility", default="hidden", help="hidden, remaining, final_warning")
+    sv.add_argument("--faults", default=None, help="kinds a,b or JSON of ErrorInjection args")
+    sv.add_argument("--env-kwargs", type=json_dict, default=None)
+    sv.add_argument("--max-sessions", type=int, default=64, help="concurrent sessions (64)")
+    sv.add_argument("--idle-timeout", type=float, default=300.0, help="seconds; 0: never")
+    sv.add_argument("--max-message-bytes", type=int, default=1 << 20)
+    add_host_policy_args(sv)
+    sv.add_argument("--full-info", action="store_true", help="every info value in every answer")
 
 
 def dispatch(

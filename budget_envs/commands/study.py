@@ -6,16 +6,72 @@ import argparse
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from budget_envs.commands.common import StageBars, missing_modules, pip_extra
+from budget_envs.commands.train import REPORT_TO_HELP
 from budget_envs.errors import UsageError
-from budget_envs.integrations.trainers import trainer_entry
+from budget_envs.integrations.trainers import TRAINER_TABLE, study_trainers, trainer_entry
 
 if TYPE_CHECKING:
     from budget_envs.study import StudySpec
 
-__all__ = ["cmd_study"]
+__all__ = ["add_study_parser", "cmd_study"]
+
+
+def add_study_parser(sub: Any) -> None:
+    """The ``study`` subcommand's arguments."""
+    st = sub.add_parser(
+        "study", help="train the budget arms, evaluate them on unseen tasks, write the report"
+    )
+    st.add_argument("--quick", action="store_true", help="the few-minute pipeline check")
+    st.add_argument(
+        "--report-only",
+        action="store_true",
+        help="regenerate tables and figures from DIR/records (no training, no episodes)",
+    )
+    st.add_argument("--out", default="study", metavar="DIR", help="study folder (default study)")
+    st.add_argument(
+        "--docs", default="docs/study.md", metavar="PATH", help="page to write (docs/study.md)"
+    )
+    st.add_argument("--workers", type=int, default=2, help="processes / Ray CPUs (default 2)")
+    st.add_argument(
+        "--trainer",
+        choices=study_trainers(),
+        default=study_trainers()[0],
+        help="; ".join(f"{e.name}: {e.description}" for e in TRAINER_TABLE if e.study),
+    )
+    st.add_argument(
+        "--model",
+        default="tiny",
+        metavar="NAME",
+        help="(trl only) tiny (default: the offline tiny model, warm-started on oracle episodes) "
+        "or a Hugging Face model name or path (used as it is for base; GRPO from it)",
+    )
+    st.add_argument(
+        "--family",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="train and evaluate only this family (repeatable; the report covers all records)",
+    )
+    st.add_argument(
+        "--visibility",
+        action="append",
+        default=None,
+        choices=["hidden", "remaining"],
+        help="train and evaluate only the arms with this budget visibility (repeatable)",
+    )
+    st.add_argument(
+        "--seed",
+        action="append",
+        type=int,
+        default=None,
+        help="train and evaluate only this training seed (repeatable)",
+    )
+    st.add_argument("--no-figures", action="store_true")
+    st.add_argument("--quiet", action="store_true", help="no progress bars")
+    st.add_argument("--report-to", default="none", metavar="TOOLS", help=REPORT_TO_HELP)
 
 
 def _pick_spec(args: argparse.Namespace) -> StudySpec:

@@ -14,11 +14,23 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
+from budget_envs.commands.args import json_dict
 from budget_envs.commands.common import StageBars, check_env_ids, missing_modules, pip_extra
 from budget_envs.errors import TooManyActions, UsageError
-from budget_envs.integrations.trainers import TrainerEntry, trainer_entry
+from budget_envs.integrations.trainers import (
+    TRAINER_TABLE,
+    TrainerEntry,
+    trainer_entry,
+    trainer_names,
+)
 
-__all__ = ["REPORT_TO_HELP", "SFT_KWARGS_HELP", "cmd_train", "iterations_help"]
+__all__ = [
+    "REPORT_TO_HELP",
+    "SFT_KWARGS_HELP",
+    "add_train_parser",
+    "cmd_train",
+    "iterations_help",
+]
 
 REPORT_TO_HELP = (
     "also log every metrics.csv row to tensorboard (OUT/runs/), wandb (OUT/wandb/, offline "
@@ -75,6 +87,133 @@ def iterations_help(entries: Iterable[TrainerEntry]) -> str:
         default = "its own" if e.default_iterations is None else e.default_iterations
         parts.append(f"{e.unit} ({e.name}, default {default})")
     return "in total: " + ", ".join(parts)
+
+
+def add_train_parser(sub: Any) -> None:
+    """The ``train`` subcommand's arguments."""
+    t = sub.add_parser(
+        "train",
+        help="train a policy (RLlib PPO, TRL GRPO, or SFT of a language model) into a folder",
+        description="Train a policy into a policy folder that `budgetmix eval --agent "
+        "NAME=policy:DIR` plays. The options under 'RLlib only' are a usage error with "
+        "--trainer trl; TRL's own settings go in --trl-kwargs (a usage error with --trainer "
+        "rllib).",
+    )
+    t.add_argument("env_id", metavar="ENV_ID")
+    t.add_argument(
+        "--trainer",
+        choices=trainer_names(),
+        default=trainer_names()[0],
+        help="; ".join(f"{e.name}: {e.description}" for e in TRAINER_TABLE),
+    )
+    t.add_argument(
+        "--budget",
+        default=None,
+        help="budget spec, e.g. 12, 6..12, 8,16,32, log:4..64 (default: the id's)",
+    )
+    t.add_argument(
+        "--visibility", default="hidden", help="hidden (default), remaining, final_warning"
+    )
+    t.add_argument("--env-kwargs", type=json_dict, default=None, help="JSON constructor kwargs")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument(
+        "--iterations",
+        type=int,
+        default=None,
+        help=iterations_help(TRAINER_TABLE),
+    )
+    t.add_argument("--out", required=True, metavar="DIR", help="policy folder to write")
+    _add_shared_options(t)
+    _add_rllib_options(t.add_argument_group("RLlib only (a usage error with --trainer trl)"))
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.add_argument("--report-to", default="none", metavar="TOOLS", help=REPORT_TO_HELP)
+
+
+def _add_shared_options(t: argparse.ArgumentParser) -> None:
+    """``train``'s options more than one trainer reads, and each trainer's own JSON settings."""
+    t.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="env steps per PPO iteration (rllib, default 1024); episodes per GRPO step "
+        "(trl, default 8; a multiple of num_generations)",
+    )
+    t.add_argument(
+        "--lr", type=float, default=None, help="learning rate (rllib 3e-4, trl 1e-3 by default)"
+    )
+    t.add_argument(
+        "--process-reward",
+        type=float,
+        default=None,
+        metavar="SCALE",
+        help="add the oracle's progress signal (ProcessReward) to the reward",
+    )
+    t.add_argument(
+        "--warm-start-episodes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="first fit the policy to the oracle on N training episodes (rllib default 50; "
+        "trl default 32, on the tiny model only)",
+    )
+    t.add_argument(
+        "--warm-start-lr",
+        type=float,
+        default=None,
+        help="warm-start learning rate (3e-3 by default)",
+    )
+    t.add_argument(
+        "--trl-kwargs",
+        type=json_dict,
+        default=None,
+        metavar="JSON",
+        help="(trl only) more keyword arguments of budget_envs.integrations.trl.train, e.g. "
+        '{"model": "Qwen/Qwen3-0.6B", "num_generations": 4, "prompts": 64, '
+        '"warm_start_steps": 60, "max_completion_length": 512, "max_turn_tokens": 24}',
+    )
+    t.add_argument("--sft-kwargs", type=json_dict, metavar="JSON", help=SFT_KWARGS_HELP)
+
+
+def _add_rllib_options(rl: Any) -> None:
+    """``train``'s 'RLlib only' argument group."""
+    rl.add_argument("--gamma", type=float, default=None, help="discount (default 0.99)")
+    rl.add_argument("--resume", action="store_true", help="continue the checkpoint in DIR")
+    rl.add_argument("--max-actions", type=int, default=None, help="action slots (default 256)")
+    rl.add_argument(
+        "--process-max-cost",
+        type=int,
+        default=None,
+        help="the progress signal's max_cost: a loss costs SCALE * (MAX_COST - cost) (default 100)",
+    )
+    rl.add_argument("--hidden", type=int, default=None, help="network width (default 64)")
+    rl.add_argument(
+        "--entropy-coeff", type=float, default=None, help="PPO entropy bonus (default 0.01)"
+    )
+    rl.add_argument("--num-epochs", type=int, default=None, help="PPO epochs per batch (2)")
+    rl.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        help="PPO iterations (rllib, default 5) or GRPO steps (trl, default 0: none) between "
+        "checkpoints",
+    )
+    rl.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray (2)")
+    rl.add_argument(
+        "--num-env-runners",
+        type=int,
+        default=None,
+        help="remote env runners (default: one per CPU of the local Ray, none on one CPU)",
+    )
+    rl.add_argument(
+        "--num-envs-per-env-runner", type=int, default=None, help="vector envs per runner (16)"
+    )
+    rl.add_argument("--warm-start-epochs", type=int, default=None, help="warm-start epochs (20)")
+    rl.add_argument(
+        "--warm-start-explore",
+        type=float,
+        default=None,
+        help="share of random turns while collecting warm-start states (default 0)",
+    )
 
 
 def _check_extra(entry: TrainerEntry) -> None:
