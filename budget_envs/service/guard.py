@@ -77,120 +77,11 @@ class Guard:
         if scope["type"] != "websocket":
             await self.app(scope, receive, send)
             return
-        loop = asyncio.get_running_loop()
-        timeout = self.idle_timeout
-        # One timer per connection, not a timeout task per message: a receive notes when it
-        # began waiting, and the timer, when due, either closes the silent socket or sleeps
-        # until the latest wait could first run out.
-        state: dict[str, Any] = {
-            "open": False,
-            "reaped": False,
-            "closed": False,
-            "waiting": False,
-            "since": 0.0,
-            "timer": None,
-        }
-
-        # uvicorn's protocol tells whether a send would wait (its flow-control event): while it
-        # would not, a send goes straight out, with no timeout task per message.
-        writable = getattr(getattr(send, "__self__", None), "writable", None)
-        if not hasattr(writable, "is_set"):
-            writable = None
-
-        async def bounded(message: dict) -> None:
-            if writable is not None and writable.is_set():
-                await send(message)
-                return
-            try:
-                await asyncio.wait_for(send(message), self.send_timeout)
-            except asyncio.TimeoutError:
-                state["closed"] = True
-                self.counters["aborted"] = self.counters.get("aborted", 0) + 1
-                _abort(send)
-                raise ConnectionResetError(
-                    f"the client read nothing for {self.send_timeout:g} s; connection aborted"
-                ) from None
-
-        async def reap() -> None:
-            state["reaped"] = True
-            self.counters["reaped"] += 1
-            try:
-                await bounded(
-                    {
-                        "type": "websocket.send",
-                        "text": _error_frame(
-                            f"session closed after {timeout:g} s without a message; open a "
-                            "new session",
-                            "SESSION_ERROR",
-                        ),
-                    }
-                )
-                state["closed"] = True
-                # the app's pending receive then gets the disconnect
-                await bounded(
-                    {"type": "websocket.close", "code": 4000, "reason": f"idle for {timeout:g} s"}
-                )
-            except Exception:  # the peer went away meanwhile: the app sees that disconnect
-                state["closed"] = True
-
-        def due() -> None:
-            state["timer"] = None
-            if state["reaped"]:
-                return
-            now = loop.time()
-            if state["waiting"] and now - state["since"] >= timeout:
-                state["reap"] = loop.create_task(reap())
-                return
-            start = state["since"] if state["waiting"] else now
-            state["timer"] = loop.call_at(start + timeout, due)
-
-        async def guarded_send(message: dict) -> None:
-            if state["closed"]:
-                return  # the guard closed this socket; the app's late messages go nowhere
-            if message["type"] == "websocket.accept":
-                state["open"] = True
-                if timeout is not None:
-                    state["since"] = loop.time()
-                    state["timer"] = loop.call_at(state["since"] + timeout, due)
-                await send(message)
-                return
-            await bounded(message)
-
-        async def guarded_receive() -> dict:
-            while True:
-                state["since"] = loop.time()
-                state["waiting"] = True
-                try:
-                    message = await receive()
-                finally:
-                    state["waiting"] = False
-                if state["reaped"]:
-                    return {"type": "websocket.disconnect", "code": 1001}
-                if message["type"] == "websocket.receive":
-                    body = message.get("text")
-                    if body is None:
-                        size = len(message.get("bytes") or b"")
-                    else:  # a UTF-8 character takes at most 4 bytes: most messages skip encode
-                        size = len(body) if 4 * len(body) <= self.max_bytes else len(body.encode())
-                    if size > self.max_bytes:
-                        await bounded(
-                            {
-                                "type": "websocket.send",
-                                "text": _error_frame(
-                                    f"message of {size} bytes is over the limit of "
-                                    f"{self.max_bytes}; it was not applied",
-                                    "VALIDATION_ERROR",
-                                ),
-                            }
-                        )
-                        continue
-                return message
-
+        conn = _GuardedSocket(self, receive, send)
         try:
-            await self.app(scope, guarded_receive, guarded_send)
+            await self.app(scope, conn.receive, conn.send)
         finally:
-            if state["timer"] is not None:
-                state["timer"].cancel()
+            conn.cancel_timer()
 
     async def _http(self, scope: dict, receive: Any, send: Any) -> None:
         limit = self.max_bytes
@@ -233,6 +124,136 @@ class Guard:
         payload = {"detail": f"{what} is over the limit of {self.max_bytes}", "code": "TOO_LARGE"}
         # the rest of the body is never read: the connection cannot be reused
         await _json_answer(send, 413, payload, close=True)
+
+
+class _GuardedSocket:
+    """One WebSocket connection under a :class:`Guard`: its idle timer, its bounded sends and
+    its size-checked receives (the ``receive`` and ``send`` the app gets)."""
+
+    def __init__(self, guard: Guard, receive: Any, send: Any) -> None:
+        self.guard = guard
+        self._receive = receive
+        self._send = send
+        self.loop = asyncio.get_running_loop()
+        self.timeout = guard.idle_timeout
+        # One timer per connection, not a timeout task per message: a receive notes when it
+        # began waiting, and the timer, when due, either closes the silent socket or sleeps
+        # until the latest wait could first run out.
+        self.open = False
+        self.reaped = False
+        self.closed = False
+        self.waiting = False
+        self.since = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+        self.reap_task: asyncio.Task | None = None
+        # uvicorn's protocol tells whether a send would wait (its flow-control event): while it
+        # would not, a send goes straight out, with no timeout task per message.
+        writable = getattr(getattr(send, "__self__", None), "writable", None)
+        self._writable = writable if hasattr(writable, "is_set") else None
+
+    async def bounded(self, message: dict) -> None:
+        """Send ``message``; a client that reads nothing for the send timeout is aborted."""
+        writable, send = self._writable, self._send
+        if writable is not None and writable.is_set():
+            await send(message)
+            return
+        guard = self.guard
+        try:
+            await asyncio.wait_for(send(message), guard.send_timeout)
+        except asyncio.TimeoutError:
+            self.closed = True
+            guard.counters["aborted"] = guard.counters.get("aborted", 0) + 1
+            _abort(send)
+            raise ConnectionResetError(
+                f"the client read nothing for {guard.send_timeout:g} s; connection aborted"
+            ) from None
+
+    async def reap(self) -> None:
+        """Tell the silent client its session is over, then close the socket."""
+        timeout = self.timeout
+        self.reaped = True
+        self.guard.counters["reaped"] += 1
+        try:
+            await self.bounded(
+                {
+                    "type": "websocket.send",
+                    "text": _error_frame(
+                        f"session closed after {timeout:g} s without a message; open a new session",
+                        "SESSION_ERROR",
+                    ),
+                }
+            )
+            self.closed = True
+            # the app's pending receive then gets the disconnect
+            await self.bounded(
+                {"type": "websocket.close", "code": 4000, "reason": f"idle for {timeout:g} s"}
+            )
+        except Exception:  # the peer went away meanwhile: the app sees that disconnect
+            self.closed = True
+
+    def due(self) -> None:
+        """The idle timer: reap a socket silent for the timeout, else wait until it could be."""
+        self.timer = None
+        if self.reaped:
+            return
+        loop, timeout = self.loop, self.timeout
+        now = loop.time()
+        if self.waiting and now - self.since >= timeout:
+            self.reap_task = loop.create_task(self.reap())
+            return
+        start = self.since if self.waiting else now
+        self.timer = loop.call_at(start + timeout, self.due)
+
+    async def send(self, message: dict) -> None:
+        """The app's send: the accept starts the idle timer; nothing goes out once closed."""
+        if self.closed:
+            return  # the guard closed this socket; the app's late messages go nowhere
+        if message["type"] == "websocket.accept":
+            self.open = True
+            if self.timeout is not None:
+                self.since = self.loop.time()
+                self.timer = self.loop.call_at(self.since + self.timeout, self.due)
+            await self._send(message)
+            return
+        await self.bounded(message)
+
+    async def receive(self) -> dict:
+        """The app's receive: a disconnect once reaped; an oversized message is answered with
+        an error frame and dropped."""
+        while True:
+            self.since = self.loop.time()
+            self.waiting = True
+            try:
+                message = await self._receive()
+            finally:
+                self.waiting = False
+            if self.reaped:
+                return {"type": "websocket.disconnect", "code": 1001}
+            if message["type"] == "websocket.receive":
+                max_bytes = self.guard.max_bytes
+                body = message.get("text")
+                if body is None:
+                    size = len(message.get("bytes") or b"")
+                else:  # a UTF-8 character takes at most 4 bytes: most messages skip encode
+                    size = len(body) if 4 * len(body) <= max_bytes else len(body.encode())
+                if size > max_bytes:
+                    await self.bounded(
+                        {
+                            "type": "websocket.send",
+                            "text": _error_frame(
+                                f"message of {size} bytes is over the limit of "
+                                f"{max_bytes}; it was not applied",
+                                "VALIDATION_ERROR",
+                            ),
+                        }
+                    )
+                    continue
+            return message
+
+    def cancel_timer(self) -> None:
+        """Stop the idle timer (the app is done with the socket)."""
+        if self.timer is not None:
+            self.timer.cancel()
 
 
 async def _json_answer(send: Any, status: int, payload: dict, close: bool = False) -> None:
