@@ -60,6 +60,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "budget_envs.fault_turns",
             "budget_envs.hostcheck",
             "budget_envs.snapshot",
+            "budget_envs.env_faults",
         ),
     ),
     ("wrappers", ("budget_envs.wrappers",)),
