@@ -267,6 +267,62 @@ def _eval_hint(args: argparse.Namespace, folder: Any) -> str:
     )
 
 
+class _SFTBars:
+    """The ``on_row`` and ``progress`` hooks of the SFT trainer: a tqdm bar over the
+    demonstrations, then one over the SFT steps."""
+
+    def __init__(self, episodes: int, enabled: bool) -> None:
+        self.episodes = episodes
+        self.enabled = enabled
+        self.data: Any = None
+        self.steps: Any = None
+
+    def on_row(self, _row: dict[str, Any]) -> None:
+        """One demonstration episode written."""
+        if not self.enabled:
+            return
+        if self.data is None:
+            from tqdm import tqdm
+
+            self.data = tqdm(total=self.episodes, desc="demonstrations", unit="ep", file=sys.stderr)
+        self.data.update(1)
+
+    def progress(self, row: dict[str, Any]) -> None:
+        """One metrics row of the SFT steps (the demonstrations' bar ends at the first)."""
+        if not self.enabled:
+            return
+        if self.steps is None:
+            from tqdm import tqdm
+
+            if self.data is not None:
+                self.data.close()
+            self.steps = tqdm(desc="SFT", unit="step", file=sys.stderr)
+        self.steps.update(int(row["step"]) - self.steps.n)
+        self.steps.set_postfix(loss=f"{float(row['loss']):.3f}")
+
+    def close(self) -> None:
+        """Close the bars that were opened."""
+        for bar in (self.data, self.steps):
+            if bar is not None:
+                bar.close()
+
+
+def _sft_settings(args: argparse.Namespace, settings_class: Any) -> Any:
+    """The SFT settings of ``--sft-kwargs`` and the shared flags that map onto its fields."""
+    values = dict(args.sft_kwargs or {})
+    for flag, key in (("batch_size", "batch_size"), ("lr", "learning_rate")):
+        if getattr(args, flag) is not None:
+            values[key] = getattr(args, flag)
+    if args.warm_start_episodes is not None:
+        values["episodes"] = args.warm_start_episodes
+    if args.iterations is not None:
+        values["max_steps"] = args.iterations
+    try:
+        return settings_class.from_mapping(values)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--sft-kwargs: {exc}") from None
+
+
 def _train_sft(
     args: argparse.Namespace, entry: TrainerEntry, common: dict[str, Any], out: TextIO
 ) -> int:
@@ -281,49 +337,13 @@ def _train_sft(
         raise UsageError(f"{flags}: not an option of --trainer sft (its settings: --sft-kwargs)")
     _check_extra(entry)
     settings_class, train_sft = entry.config_class(), entry.train_function()
-
-    values = dict(args.sft_kwargs or {})
-    for flag, key in (("batch_size", "batch_size"), ("lr", "learning_rate")):
-        if getattr(args, flag) is not None:
-            values[key] = getattr(args, flag)
-    if args.warm_start_episodes is not None:
-        values["episodes"] = args.warm_start_episodes
-    if args.iterations is not None:
-        values["max_steps"] = args.iterations
-    try:
-        settings = settings_class.from_mapping(values)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"--sft-kwargs: {exc}") from None
+    settings = _sft_settings(args, settings_class)
     import datasets
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     datasets.disable_progress_bars()  # one bar per stage: demonstrations, then SFT steps
-    bars = {"data": None, "steps": None}
-
-    def on_row(_row: dict[str, Any]) -> None:
-        if args.quiet:
-            return
-        if bars["data"] is None:
-            from tqdm import tqdm
-
-            bars["data"] = tqdm(
-                total=settings.episodes, desc="demonstrations", unit="ep", file=sys.stderr
-            )
-        bars["data"].update(1)
-
-    def progress(row: dict[str, Any]) -> None:
-        if args.quiet:
-            return
-        if bars["steps"] is None:
-            from tqdm import tqdm
-
-            if bars["data"] is not None:
-                bars["data"].close()
-            bars["steps"] = tqdm(desc="SFT", unit="step", file=sys.stderr)
-        bars["steps"].update(int(row["step"]) - bars["steps"].n)
-        bars["steps"].set_postfix(loss=f"{float(row['loss']):.3f}")
-
+    bars = _SFTBars(settings.episodes, enabled=not args.quiet)
     kwargs = {k: v for k, v in common.items() if k not in ("iterations", "out_dir")}
     try:
         with warnings.catch_warnings():
@@ -332,16 +352,14 @@ def _train_sft(
                 args.env_id,
                 out_dir=args.out,
                 settings=settings,
-                progress=progress,
-                on_row=on_row,
+                progress=bars.progress,
+                on_row=bars.on_row,
                 **kwargs,
             )
     except (FileExistsError, FileNotFoundError, ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
     finally:
-        for bar in bars.values():
-            if bar is not None:
-                bar.close()
+        bars.close()
     import shlex
 
     env_kwargs = (
