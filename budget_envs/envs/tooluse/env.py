@@ -23,22 +23,17 @@ from budget_envs._util import UNSEEN_SPLIT, check_int, check_levels, check_split
 from budget_envs.core import FaultOutcome, TextAgentEnv
 from budget_envs.env_options import BaseOptions
 from budget_envs.envs.tooluse import oracle as orc
+from budget_envs.envs.tooluse.calls import call_json, parse_action, parse_money
 from budget_envs.envs.tooluse.lru import BLOCK_CACHE_SIZE, LRUCache
-from budget_envs.envs.tooluse.tasks import DECLINE_NOTE, LEVELS, Task, make_task
-from budget_envs.envs.tooluse.tools import (
+from budget_envs.envs.tooluse.schemas import (
     READ_TOOLS,
     TOOL_BY_NAME,
     TOOL_NAMES,
     TOOLS_SCHEMA,
     WRITE_TOOLS,
-    RowLog,
-    ToolError,
-    call_json,
-    matches_gold,
-    parse_action,
-    parse_money,
-    run_tool,
 )
+from budget_envs.envs.tooluse.tasks import DECLINE_NOTE, LEVELS, Task, make_task
+from budget_envs.envs.tooluse.tools import RowLog, ToolError, matches_gold, run_tool
 from budget_envs.envs.tooluse.world import World, get_world
 from budget_envs.errors import ActionRejected
 from budget_envs.info import Deferred
