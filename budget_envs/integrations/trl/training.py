@@ -124,6 +124,187 @@ def _write_metrics(path: Path, rows: list[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
+def _initial_policy(
+    model: str,
+    rollout: BudgetMixRollout,
+    tasks: Sequence[str],
+    *,
+    seed: int,
+    warm_start_steps: int,
+    warm_start_episodes: int,
+    warm_start_lr: float,
+    tiny_hidden_size: int,
+    tiny_layers: int,
+    template_kwargs: dict[str, Any],
+) -> tuple[Any, Any, list[float]]:
+    """The policy GRPO starts from, its tokenizer and the warm start's losses: the tiny model
+    built and warm-started here, or a model folder or name loaded as it is."""
+    losses: list[float] = []
+    if model == "tiny":
+        from budget_envs.integrations.tiny_model import (
+            build_tiny_model,
+            build_tiny_tokenizer,
+            warm_start,
+        )
+
+        tokenizer = build_tiny_tokenizer(_corpus(rollout, tasks))
+        policy = build_tiny_model(
+            tokenizer, hidden_size=tiny_hidden_size, num_layers=tiny_layers, seed=seed
+        )
+        if warm_start_steps:
+            examples = oracle_examples(
+                rollout,
+                tokenizer,
+                n_episodes=warm_start_episodes,
+                seed=seed,
+                task_ids=tasks,
+                chat_template_kwargs=template_kwargs,
+            )
+            losses = warm_start(
+                policy, examples, steps=warm_start_steps, lr=warm_start_lr, seed=seed
+            )
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left")
+        policy = AutoModelForCausalLM.from_pretrained(model, use_safetensors=True)
+    return policy, tokenizer, losses
+
+
+def _progress_callback(
+    progress: Callable[[dict[str, Any]], None] | None,
+    every: int,
+    out: Path,
+    tokenizer: Any,
+    settings: dict[str, Any],
+) -> Any:
+    """The trainer callback that reports each log to ``progress`` (and the log) and saves the
+    policy every ``every`` GRPO steps in ``out/checkpoints/step-NNNN``."""
+    from transformers import TrainerCallback
+
+    class _Progress(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
+            if progress is not None:
+                progress({"step": state.global_step})
+
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: D102
+            if not logs:
+                return
+            logger.info("GRPO step %d: %s", state.global_step, logs)
+            if progress is not None:
+                progress({"step": state.global_step, **logs})
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: D102
+            if every and state.global_step % every == 0 and model is not None:
+                where = out / CHECKPOINTS_DIR / f"step-{state.global_step:04d}"
+                save_policy(model, tokenizer, where, {**settings, "step": state.global_step})
+
+    return _Progress()
+
+
+def _grpo_config(
+    out: Path,
+    *,
+    iterations: int,
+    batch_size: int,
+    num_generations: int,
+    max_completion_length: int,
+    learning_rate: float,
+    temperature: float,
+    beta: float,
+    template_kwargs: dict[str, Any],
+    seed: int,
+) -> Any:
+    """GRPOConfig for ``iterations`` steps on this machine (CPU unless CUDA is there; no saves
+    of its own, a log every step, no bar)."""
+    import torch
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(out / "trainer"),
+        max_steps=int(iterations),
+        per_device_train_batch_size=int(batch_size),
+        num_generations=int(num_generations),
+        max_completion_length=int(max_completion_length),
+        learning_rate=float(learning_rate),
+        temperature=float(temperature),
+        beta=float(beta),
+        chat_template_kwargs=template_kwargs or None,
+        bf16=False,
+        use_cpu=not torch.cuda.is_available(),
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        seed=int(seed),
+        disable_tqdm=True,
+    )
+
+
+def _run_grpo(
+    policy: Any,
+    tokenizer: Any,
+    rollout: BudgetMixRollout,
+    config: Any,
+    *,
+    dataset: Any,
+    out: Path,
+    settings: dict[str, Any],
+    report_to: str | Sequence[str] | None,
+    callback: Any,
+    stop_counts: dict[str, int],
+    start: float,
+) -> Any:
+    """GRPO through ``rollout``: each rollout batch's metrics row goes to ``metrics.csv`` (and
+    the sink) and its stop reasons into ``stop_counts``; returns the trainer after training."""
+    from transformers.trainer_callback import PrinterCallback
+    from trl import GRPOTrainer
+
+    from budget_envs.integrations.tracking import MetricsSink
+
+    rows_csv: list[dict[str, Any]] = []
+    sink = MetricsSink(out, report_to, config={"trainer": "trl", **settings})
+
+    def counting_rollout(batch_prompts: list[Any], trainer: Any) -> dict[str, list]:
+        result = rollout(batch_prompts, trainer)
+        for word in result["stop_reason"]:
+            stop_counts[word] = stop_counts.get(word, 0) + 1
+        row = _metrics_row(trainer.state.global_step + 1, result, start)
+        rows_csv.append(row)
+        _write_metrics(out / METRICS_FILE, rows_csv)
+        sink.log(row, row["step"])
+        return result
+
+    trainer = GRPOTrainer(
+        model=policy,
+        reward_funcs=env_reward,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        rollout_func=counting_rollout,
+        callbacks=[callback],
+    )
+    # With disable_tqdm, transformers adds a callback that prints every log dict to stdout;
+    # the logs go to `progress` and the log instead.
+    trainer.remove_callback(PrinterCallback)
+    try:
+        trainer.train()
+    finally:
+        sink.close()
+    return trainer
+
+
+def _rollout_for(env_id: str, model: str, *, show_actions: bool, **kwargs: Any) -> BudgetMixRollout:
+    """The rollout GRPO plays: the suite's rendering, or (a ``--trainer sft`` folder) the
+    prompts the model was fine-tuned on."""
+    render = "suite"
+    trained_by = _sft_settings(model)
+    if trained_by is not None:
+        # A `--trainer sft` folder: GRPO resumes it on the prompts it was fine-tuned on.
+        render = "lm"
+        show_actions = bool(trained_by.get("show_actions", show_actions))
+    return BudgetMixRollout(env_id, show_actions=show_actions, render=render, **kwargs)
+
+
 def train(
     env_id: str,
     *,
@@ -200,27 +381,22 @@ def train(
     """
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
         raise ValueError(f"iterations must be an int >= 0, got {iterations!r}")
-    every = checkpoint_every
-    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
-        raise ValueError(f"checkpoint_every must be an int >= 0, got {every!r}")
+    if (
+        isinstance(checkpoint_every, bool)
+        or not isinstance(checkpoint_every, int)
+        or checkpoint_every < 0
+    ):
+        raise ValueError(f"checkpoint_every must be an int >= 0, got {checkpoint_every!r}")
     _require()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
-    from transformers import TrainerCallback
-    from transformers.trainer_callback import PrinterCallback
-    from trl import GRPOConfig, GRPOTrainer
 
     start = time.perf_counter()
     out = Path(out_dir)
     template_kwargs = dict(chat_template_kwargs or {})
-    render = "suite"
-    trained_by = _sft_settings(model)
-    if trained_by is not None:
-        # A `--trainer sft` folder: GRPO resumes it on the prompts it was fine-tuned on.
-        render = "lm"
-        show_actions = bool(trained_by.get("show_actions", show_actions))
-    rollout = BudgetMixRollout(
+    rollout = _rollout_for(
         env_id,
+        model,
         budget=budget,
         visibility=visibility,
         process_reward=process_reward,
@@ -230,7 +406,6 @@ def train(
         max_turn_tokens=max_turn_tokens,
         seed=seed,
         env_kwargs=env_kwargs,
-        render=render,
         actions=actions,
     )
     tasks = list(rollout.env.unwrapped.task_ids if train_tasks is None else train_tasks)
@@ -245,56 +420,22 @@ def train(
         "chat_template_kwargs": template_kwargs,
         "temperature": float(temperature),
     }
-    losses: list[float] = []
     torch.manual_seed(seed)
-    if model == "tiny":
-        from budget_envs.integrations.tiny_model import (
-            build_tiny_model,
-            build_tiny_tokenizer,
-            warm_start,
-        )
-
-        tokenizer = build_tiny_tokenizer(_corpus(rollout, tasks))
-        policy = build_tiny_model(
-            tokenizer, hidden_size=tiny_hidden_size, num_layers=tiny_layers, seed=seed
-        )
-        if warm_start_steps:
-            examples = oracle_examples(
-                rollout,
-                tokenizer,
-                n_episodes=warm_start_episodes,
-                seed=seed,
-                task_ids=tasks,
-                chat_template_kwargs=template_kwargs,
-            )
-            losses = warm_start(
-                policy, examples, steps=warm_start_steps, lr=warm_start_lr, seed=seed
-            )
-    else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left")
-        policy = AutoModelForCausalLM.from_pretrained(model, use_safetensors=True)
+    policy, tokenizer, losses = _initial_policy(
+        model,
+        rollout,
+        tasks,
+        seed=seed,
+        warm_start_steps=warm_start_steps,
+        warm_start_episodes=warm_start_episodes,
+        warm_start_lr=warm_start_lr,
+        tiny_hidden_size=tiny_hidden_size,
+        tiny_layers=tiny_layers,
+        template_kwargs=template_kwargs,
+    )
     policy.generation_config.do_sample = True
     policy.generation_config.temperature = float(temperature)
     warm_dir = save_policy(policy, tokenizer, out / WARM_START_DIR, settings)
-
-    class _Progress(TrainerCallback):
-        def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
-            if progress is not None:
-                progress({"step": state.global_step})
-
-        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: D102
-            if not logs:
-                return
-            logger.info("GRPO step %d: %s", state.global_step, logs)
-            if progress is not None:
-                progress({"step": state.global_step, **logs})
-
-        def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: D102
-            if every and state.global_step % every == 0 and model is not None:
-                where = out / CHECKPOINTS_DIR / f"step-{state.global_step:04d}"
-                save_policy(model, tokenizer, where, {**settings, "step": state.global_step})
 
     stop_counts: dict[str, int] = {}
 
@@ -312,56 +453,32 @@ def train(
 
     if iterations == 0:  # the warm start alone (GRPOConfig's max_steps=0 means whole epochs)
         return metrics(save_policy(policy, tokenizer, out, settings), [])
-    config = GRPOConfig(
-        output_dir=str(out / "trainer"),
-        max_steps=int(iterations),
-        per_device_train_batch_size=int(batch_size),
-        num_generations=int(num_generations),
-        max_completion_length=int(max_completion_length),
-        learning_rate=float(learning_rate),
-        temperature=float(temperature),
-        beta=float(beta),
-        chat_template_kwargs=template_kwargs or None,
-        bf16=False,
-        use_cpu=not torch.cuda.is_available(),
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        seed=int(seed),
-        disable_tqdm=True,
+    config = _grpo_config(
+        out,
+        iterations=iterations,
+        batch_size=batch_size,
+        num_generations=num_generations,
+        max_completion_length=max_completion_length,
+        learning_rate=learning_rate,
+        temperature=temperature,
+        beta=beta,
+        template_kwargs=template_kwargs,
+        seed=seed,
     )
 
-    rows_csv: list[dict[str, Any]] = []
-    from budget_envs.integrations.tracking import MetricsSink
-
-    sink = MetricsSink(out, report_to, config={"trainer": "trl", **settings})
-
-    def counting_rollout(batch_prompts: list[Any], trainer: Any) -> dict[str, list]:
-        result = rollout(batch_prompts, trainer)
-        for word in result["stop_reason"]:
-            stop_counts[word] = stop_counts.get(word, 0) + 1
-        row = _metrics_row(trainer.state.global_step + 1, result, start)
-        rows_csv.append(row)
-        _write_metrics(out / METRICS_FILE, rows_csv)
-        sink.log(row, row["step"])
-        return result
-
-    trainer = GRPOTrainer(
-        model=policy,
-        reward_funcs=env_reward,
-        args=config,
-        train_dataset=make_prompt_dataset(rollout.env, prompts, seed=seed, task_ids=tasks),
-        processing_class=tokenizer,
-        rollout_func=counting_rollout,
-        callbacks=[_Progress()],
+    trainer = _run_grpo(
+        policy,
+        tokenizer,
+        rollout,
+        config,
+        dataset=make_prompt_dataset(rollout.env, prompts, seed=seed, task_ids=tasks),
+        out=out,
+        settings=settings,
+        report_to=report_to,
+        callback=_progress_callback(progress, checkpoint_every, out, tokenizer, settings),
+        stop_counts=stop_counts,
+        start=start,
     )
-    # With disable_tqdm, transformers adds a callback that prints every log dict to stdout;
-    # the logs go to `progress` and the log instead.
-    trainer.remove_callback(PrinterCallback)
-    try:
-        trainer.train()
-    finally:
-        sink.close()
     return metrics(
         save_policy(trainer.model, tokenizer, out, settings), list(trainer.state.log_history)
     )
