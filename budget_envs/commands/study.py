@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from budget_envs.commands.common import StageBars, missing_modules, pip_extra
 from budget_envs.commands.train import REPORT_TO_HELP
 from budget_envs.errors import UsageError
-from budget_envs.integrations.trainers import TRAINER_TABLE, study_trainers, trainer_entry
+from budget_envs.integrations import trainers
+from budget_envs.integrations.trainers import trainer_entry
 
 if TYPE_CHECKING:
     from budget_envs.study import StudySpec
@@ -37,9 +38,9 @@ def add_study_parser(sub: Any) -> None:
     st.add_argument("--workers", type=int, default=2, help="processes / Ray CPUs (default 2)")
     st.add_argument(
         "--trainer",
-        choices=study_trainers(),
-        default=study_trainers()[0],
-        help="; ".join(f"{e.name}: {e.description}" for e in TRAINER_TABLE if e.study),
+        choices=trainers.study_trainers(),
+        default=trainers.study_trainers()[0],
+        help="; ".join(f"{e.name}: {e.description}" for e in trainers.TRAINER_TABLE if e.study),
     )
     st.add_argument(
         "--model",

@@ -17,12 +17,8 @@ from typing import Any, TextIO
 from budget_envs.commands.args import json_dict
 from budget_envs.commands.common import StageBars, check_env_ids, missing_modules, pip_extra
 from budget_envs.errors import TooManyActions, UsageError
-from budget_envs.integrations.trainers import (
-    TRAINER_TABLE,
-    TrainerEntry,
-    trainer_entry,
-    trainer_names,
-)
+from budget_envs.integrations import trainers
+from budget_envs.integrations.trainers import TrainerEntry, trainer_entry
 
 __all__ = [
     "REPORT_TO_HELP",
@@ -102,9 +98,9 @@ def add_train_parser(sub: Any) -> None:
     t.add_argument("env_id", metavar="ENV_ID")
     t.add_argument(
         "--trainer",
-        choices=trainer_names(),
-        default=trainer_names()[0],
-        help="; ".join(f"{e.name}: {e.description}" for e in TRAINER_TABLE),
+        choices=trainers.trainer_names(),
+        default=trainers.trainer_names()[0],
+        help="; ".join(f"{e.name}: {e.description}" for e in trainers.TRAINER_TABLE),
     )
     t.add_argument(
         "--budget",
@@ -120,7 +116,7 @@ def add_train_parser(sub: Any) -> None:
         "--iterations",
         type=int,
         default=None,
-        help=iterations_help(TRAINER_TABLE),
+        help=iterations_help(trainers.TRAINER_TABLE),
     )
     t.add_argument("--out", required=True, metavar="DIR", help="policy folder to write")
     _add_shared_options(t)
@@ -268,8 +264,7 @@ def _eval_hint(args: argparse.Namespace, folder: Any) -> str:
 
 
 class _SFTBars:
-    """The ``on_row`` and ``progress`` hooks of the SFT trainer: a tqdm bar over the
-    demonstrations, then one over the SFT steps."""
+    """The SFT trainer's ``on_row`` and ``progress`` hooks: a bar of demonstrations, then of steps."""
 
     def __init__(self, episodes: int, enabled: bool) -> None:
         self.episodes = episodes
