@@ -150,60 +150,14 @@ def _train_stage_rllib(
             common = _common(spec, fam, vis, seed, num_cpus, report_to)
             warm = warm_root(out, fam, vis, seed)
             if any(t[:3] == (fam, vis, seed) for t in todo) and not _trained(warm, 0):
-                if warm.exists():
-                    shutil.rmtree(warm)  # a warm start killed half-way: redo it
-                train(
-                    fam.env_id,
-                    budget=fam.generous,
-                    out_dir=warm,
-                    iterations=0,
-                    warm_start_episodes=fam.warm_start_episodes,
-                    warm_start_epochs=fam.warm_start_epochs,
-                    warm_start_explore=0.0,
-                    warm_start_lr=spec.warm_start_lr,
-                    **common,
-                )
+                _warm_start(train, spec, fam, warm, common)
             for arm in spec.arms:
                 target = root / arm
                 policies.append(target)
                 if progress is not None:
                     progress("train", done, total)
-                if _arm_done(spec, out, fam, vis, seed, arm):
-                    done += 1
-                    continue
-                if not (target / "checkpoint").exists():
-                    if target.exists():
-                        shutil.rmtree(target)
-                    _copy(warm, target)
-                if arm == BASE:
-                    done += 1
-                    continue
-                points = spec.curve_points(fam, seed) if arm == RL and vis == "hidden" else []
-                for stop in [*points, fam.iterations]:
-                    copy = curve_root(out, fam, vis, seed) / curve_agent(arm, fam.steps(stop))
-                    if stop in points and _trained(copy, stop):
-                        continue
-                    if stop in points and _trained(target, stop + 1):
-                        raise RuntimeError(
-                            f"{target} trained past iteration {stop} without its learning-curve "
-                            f"copy {copy}: delete {target} and run the study again"
-                        )
-                    train(
-                        fam.env_id,
-                        budget=arm_budget(arm, fam.tight, fam.generous),
-                        out_dir=target,
-                        iterations=stop,
-                        lr=spec.lr if fam.lr is None else fam.lr,
-                        entropy_coeff=spec.entropy_coeff,
-                        process_reward=fam.process_reward if arm == "process" else None,
-                        process_max_cost=fam.process_max_cost or fam.generous,
-                        checkpoint_every=5,
-                        resume=True,
-                        **common,
-                    )
-                    if stop in points:
-                        copy.parent.mkdir(parents=True, exist_ok=True)
-                        _copy(target, copy)
+                if not _arm_done(spec, out, fam, vis, seed, arm):
+                    _train_arm(train, spec, out, (fam, vis, seed), arm, warm, common)
                 done += 1
         if progress is not None:
             progress("train", done, total)
@@ -211,6 +165,71 @@ def _train_stage_rllib(
         if started and ray.is_initialized():
             ray.shutdown()
     return policies
+
+
+def _warm_start(
+    train: Callable[..., Any], spec: StudySpec, fam: Family, warm: Path, common: dict[str, Any]
+) -> None:
+    """Write the base checkpoint ``warm``: a warm start on oracle episodes at the generous T."""
+    if warm.exists():
+        shutil.rmtree(warm)  # a warm start killed half-way: redo it
+    train(
+        fam.env_id,
+        budget=fam.generous,
+        out_dir=warm,
+        iterations=0,
+        warm_start_episodes=fam.warm_start_episodes,
+        warm_start_epochs=fam.warm_start_epochs,
+        warm_start_explore=0.0,
+        warm_start_lr=spec.warm_start_lr,
+        **common,
+    )
+
+
+def _train_arm(
+    train: Callable[..., Any],
+    spec: StudySpec,
+    out: Path,
+    job: tuple[Family, str, int],
+    arm: str,
+    warm: Path,
+    common: dict[str, Any],
+) -> None:
+    """Train an unfinished arm of ``job`` from the base ``warm``, copied at each curve point."""
+    fam, vis, seed = job
+    target = policy_root(out, fam, vis, seed) / arm
+    if not (target / "checkpoint").exists():
+        if target.exists():
+            shutil.rmtree(target)
+        _copy(warm, target)
+    if arm == BASE:
+        return
+    points = spec.curve_points(fam, seed) if arm == RL and vis == "hidden" else []
+    for stop in [*points, fam.iterations]:
+        copy = curve_root(out, fam, vis, seed) / curve_agent(arm, fam.steps(stop))
+        if stop in points and _trained(copy, stop):
+            continue
+        if stop in points and _trained(target, stop + 1):
+            raise RuntimeError(
+                f"{target} trained past iteration {stop} without its learning-curve "
+                f"copy {copy}: delete {target} and run the study again"
+            )
+        train(
+            fam.env_id,
+            budget=arm_budget(arm, fam.tight, fam.generous),
+            out_dir=target,
+            iterations=stop,
+            lr=spec.lr if fam.lr is None else fam.lr,
+            entropy_coeff=spec.entropy_coeff,
+            process_reward=fam.process_reward if arm == "process" else None,
+            process_max_cost=fam.process_max_cost or fam.generous,
+            checkpoint_every=5,
+            resume=True,
+            **common,
+        )
+        if stop in points:
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            _copy(target, copy)
 
 
 def _train_stage_trl(
