@@ -35,6 +35,7 @@ from typing import Any
 
 from budget_envs.eval.prompts import MAX_SHOWN_ACTIONS
 from budget_envs.integrations.common import DEFAULT_BUDGET
+from budget_envs.integrations.tracking import MetricsSink
 
 __all__ = [
     "CHATML_TEMPLATE",
@@ -329,6 +330,134 @@ class _Metrics:
             self.progress(row)
 
 
+def _sft_config(out: Path, s: SFTSettings, seed: int) -> Any:
+    """TRL's SFTConfig for these settings (cosine schedule, a log every step, no saves of its
+    own, CPU unless CUDA is there)."""
+    import torch
+    from trl import SFTConfig
+
+    return SFTConfig(
+        output_dir=str(out / "checkpoints"),
+        num_train_epochs=float(s.epochs),
+        max_steps=-1 if s.max_steps is None else int(s.max_steps),
+        per_device_train_batch_size=s.batch_size,
+        learning_rate=s.lr,
+        lr_scheduler_type="cosine",
+        warmup_steps=0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=not torch.cuda.is_available(),
+        bf16=False,
+        fp16=False,
+        seed=seed,
+        data_seed=seed,
+        max_length=s.max_length,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+
+
+def _rows(
+    env_id: str,
+    s: SFTSettings,
+    rows: Sequence[Mapping[str, Any]] | None,
+    out: Path,
+    *,
+    budget: Any,
+    visibility: str,
+    env_kwargs: Mapping[str, Any] | None,
+    seed: int,
+    on_row: Callable[[dict[str, Any]], None] | None,
+) -> Sequence[Mapping[str, Any]]:
+    """The demonstration rows (given, read from ``s.data`` or played here), also written to
+    ``out/sft_rows.jsonl``."""
+    if rows is None and s.data is not None:
+        rows = _read_rows(Path(s.data))
+    if rows is None:
+        rows = demonstrations(
+            env_id,
+            episodes=s.episodes,
+            budget=budget,
+            visibility=visibility,
+            env_kwargs=env_kwargs,
+            seed=seed,
+            explore=s.explore,
+            show_actions=s.show_actions,
+            max_actions=s.max_actions,
+            on_row=on_row,
+        )
+    with open(out / "sft_rows.jsonl", "w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, sort_keys=True) + "\n")
+    return rows
+
+
+def _policy_record(
+    env_id: str,
+    s: SFTSettings,
+    trained: Any,
+    rows: Sequence[Mapping[str, Any]],
+    encoded: Sequence[Mapping[str, Any]],
+    *,
+    env_kwargs: Mapping[str, Any] | None,
+    visibility: str,
+    budget: Any,
+    seed: int,
+    steps: int,
+    loss: float,
+    wall_s: float,
+) -> dict[str, Any]:
+    """What ``budgetmix_policy.json`` records of an SFT run."""
+    n_params = int(sum(p.numel() for p in trained.parameters()))
+    meta = {
+        "trainer": "sft",
+        "env_id": env_id,
+        "env_kwargs": dict(env_kwargs or {}),
+        "visibility": visibility,
+        "budget": budget if isinstance(budget, (int, str, type(None))) else repr(budget),
+        "seed": seed,
+        "settings": asdict(s),
+        "parameters": n_params,
+        "rows": len(rows),
+        "tokens": int(sum(len(e["input_ids"]) for e in encoded)),
+        "trained_tokens": int(sum(sum(1 for t in e["labels"] if t != -100) for e in encoded)),
+        "steps": steps,
+        "train_loss": loss,
+        "wall_s": wall_s,
+    }
+    return meta
+
+
+def _fresh_folder(out: Path) -> Path:
+    """``out``, created; a folder that already holds a policy is refused."""
+    if (out / POLICY_FILE).exists():
+        raise FileExistsError(f"{out} already holds a policy ({POLICY_FILE}); choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _lora_config(s: SFTSettings) -> Any:
+    """peft's LoraConfig when the settings train an adapter, else None."""
+    if not s.use_lora:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=s.lora_r, lora_alpha=s.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM"
+    )
+
+
+def _save(model: Any, tok: Any, out: Path, s: SFTSettings) -> Any:
+    """The trained model (a LoRA adapter merged into its weights) and its tokenizer, saved in
+    ``out``; returns the model saved."""
+    if s.use_lora:
+        model = model.merge_and_unload()
+    model.save_pretrained(str(out), safe_serialization=True)
+    tok.save_pretrained(str(out))
+    return model
+
+
 def train_sft(
     env_id: str,
     *,
@@ -361,66 +490,28 @@ def train_sft(
         require("peft", extra="lm", what="LoRA fine-tuning")
     import torch
     from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTTrainer
 
-    out = Path(out_dir)
-    if (out / POLICY_FILE).exists():
-        raise FileExistsError(f"{out} already holds a policy ({POLICY_FILE}); choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
+    out = _fresh_folder(Path(out_dir))
     if s.threads:
         torch.set_num_threads(s.threads)
     started = time.monotonic()
-    if rows is None and s.data is not None:
-        rows = _read_rows(Path(s.data))
-    if rows is None:
-        rows = demonstrations(
-            env_id,
-            episodes=s.episodes,
-            budget=budget,
-            visibility=visibility,
-            env_kwargs=env_kwargs,
-            seed=seed,
-            explore=s.explore,
-            show_actions=s.show_actions,
-            max_actions=s.max_actions,
-            on_row=on_row,
-        )
-    with open(out / "sft_rows.jsonl", "w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, sort_keys=True) + "\n")
+    rows = _rows(
+        env_id,
+        s,
+        rows,
+        out,
+        budget=budget,
+        visibility=visibility,
+        env_kwargs=env_kwargs,
+        seed=seed,
+        on_row=on_row,
+    )
     torch.manual_seed(seed)
     model, tok = _scratch(rows, s, seed) if s.scratch else _pretrained(s)
     encoded = [encode_row(tok, row, s.max_length) for row in rows]
     data = Dataset.from_list(encoded)
-    peft_config = None
-    if s.use_lora:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(
-            r=s.lora_r, lora_alpha=s.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM"
-        )
-    config = SFTConfig(
-        output_dir=str(out / "checkpoints"),
-        num_train_epochs=float(s.epochs),
-        max_steps=-1 if s.max_steps is None else int(s.max_steps),
-        per_device_train_batch_size=s.batch_size,
-        learning_rate=s.lr,
-        lr_scheduler_type="cosine",
-        warmup_steps=0,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        use_cpu=not torch.cuda.is_available(),
-        bf16=False,
-        fp16=False,
-        seed=seed,
-        data_seed=seed,
-        max_length=s.max_length,
-        dataloader_num_workers=0,
-        disable_tqdm=True,
-    )
-    from budget_envs.integrations.tracking import MetricsSink
-
+    config = _sft_config(out, s, seed)
     sink = MetricsSink(out, report_to, config={"trainer": "sft", "env_id": env_id, **asdict(s)})
     metrics = _Metrics(out / "metrics.csv", progress, sink)
     trainer = SFTTrainer(
@@ -428,7 +519,7 @@ def train_sft(
         args=config,
         train_dataset=data,
         processing_class=tok,
-        peft_config=peft_config,
+        peft_config=_lora_config(s),
         callbacks=[metrics.callback()],
     )
     from transformers.trainer_callback import PrinterCallback
@@ -438,27 +529,20 @@ def train_sft(
         result = trainer.train()
     finally:
         sink.close()
-    trained = trainer.model
-    if s.use_lora:
-        trained = trained.merge_and_unload()
-    trained.save_pretrained(str(out), safe_serialization=True)
-    tok.save_pretrained(str(out))
-    n_params = int(sum(p.numel() for p in trained.parameters()))
-    meta = {
-        "trainer": "sft",
-        "env_id": env_id,
-        "env_kwargs": dict(env_kwargs or {}),
-        "visibility": visibility,
-        "budget": budget if isinstance(budget, (int, str, type(None))) else repr(budget),
-        "seed": seed,
-        "settings": asdict(s),
-        "parameters": n_params,
-        "rows": len(rows),
-        "tokens": int(sum(len(e["input_ids"]) for e in encoded)),
-        "trained_tokens": int(sum(sum(1 for t in e["labels"] if t != -100) for e in encoded)),
-        "steps": int(trainer.state.global_step),
-        "train_loss": float(result.training_loss),
-        "wall_s": round(time.monotonic() - started, 1),
-    }
+    trained = _save(trainer.model, tok, out, s)
+    meta = _policy_record(
+        env_id,
+        s,
+        trained,
+        rows,
+        encoded,
+        env_kwargs=env_kwargs,
+        visibility=visibility,
+        budget=budget,
+        seed=seed,
+        steps=int(trainer.state.global_step),
+        loss=float(result.training_loss),
+        wall_s=round(time.monotonic() - started, 1),
+    )
     (out / POLICY_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return {**meta, "out_dir": str(out), "metrics": metrics.rows}
