@@ -446,3 +446,19 @@ def test_oracle_eps0_ground_truth_on_every_registered_env(env_id, tmp_path):
         if exact:
             assert fs[i, 0] == lengths[task]
             assert all(per_task[i, t - 1] == 0.0 for t in ts if t < lengths[task])
+
+
+@pytest.mark.parametrize("env_id", [*sorted(registered_ids()), TOY_ID])
+def test_every_family_is_seen_to_have_an_oracle(env_id):
+    """The runner tracks oracle agreement only where the family fills the oracle: a family
+    that fills the ``_oracle_actions`` hook (or overrides ``oracle_actions``) counts."""
+    from contract_helpers import QUICK_KWARGS
+
+    from budget_envs.eval.runner.episode import has_oracle
+
+    family = env_id.split("/")[-1].split("-")[0]
+    env = make(env_id, **QUICK_KWARGS.get(family, {})) if env_id != TOY_ID else make(env_id)
+    try:
+        assert has_oracle(env.unwrapped)
+    finally:
+        env.close()

@@ -129,10 +129,12 @@ class EnvHost:
             if env is None:
                 env = self._built[(i, key)] = factory()
             self._active[i] = env
-            method = getattr(type(env.unwrapped), "oracle_actions", None)
-            out.append(
-                {"has_oracle": method is not None and method is not TextAgentEnv.oracle_actions}
+            cls = type(env.unwrapped)
+            filled = any(
+                getattr(cls, name, None) not in (None, getattr(TextAgentEnv, name))
+                for name in ("_oracle_actions", "oracle_actions")
             )
+            out.append({"has_oracle": filled})
         return out
 
     def _env(self, index: int) -> Any:

@@ -187,8 +187,13 @@ def agent_error(exc: Exception, agent: str, where: str) -> str:
 
 
 def has_oracle(unwrapped: Any) -> bool:
-    method = getattr(type(unwrapped), "oracle_actions", None)
-    return method is not None and method is not TextAgentEnv.oracle_actions
+    """Whether the env's family fills the oracle (its ``_oracle_actions`` hook, or an override
+    of the public ``oracle_actions``)."""
+    cls = type(unwrapped)
+    return any(
+        getattr(cls, name, None) not in (None, getattr(TextAgentEnv, name))
+        for name in ("_oracle_actions", "oracle_actions")
+    )
 
 
 def transcript(
