@@ -75,14 +75,10 @@ def _lean_decoding_fits(model: Any, generation_config: Any) -> bool:
     )
 
 
-def _slot_cache() -> Any:
-    """A transformers ``Cache`` whose layers keep keys and values in preallocated buffers.
-
-    ``reserve(n)`` makes room for ``n`` columns (growing by copy, at most once per call);
-    ``update`` writes the new columns in place and returns views of the used ones; ``select``
-    keeps the given rows. Every layer holds the same columns, so ``length`` is the cache's.
-    """
-    from transformers.cache_utils import Cache, CacheLayerMixin
+def _slot_layer_class() -> Any:
+    """One layer of :func:`_slot_cache`: keys and values in a buffer grown to the cache's
+    ``capacity``, written in place."""
+    from transformers.cache_utils import CacheLayerMixin
 
     class SlotLayer(CacheLayerMixin):
         is_sliding = False
@@ -131,6 +127,20 @@ def _slot_cache() -> Any:
 
         def get_max_length(self) -> int:
             return -1
+
+    return SlotLayer
+
+
+def _slot_cache() -> Any:
+    """A transformers ``Cache`` whose layers keep keys and values in preallocated buffers.
+
+    ``reserve(n)`` makes room for ``n`` columns (growing by copy, at most once per call);
+    ``update`` writes the new columns in place and returns views of the used ones; ``select``
+    keeps the given rows. Every layer holds the same columns, so ``length`` is the cache's.
+    """
+    from transformers.cache_utils import Cache
+
+    SlotLayer = _slot_layer_class()
 
     class SlotCache(Cache):
         def __init__(self) -> None:
