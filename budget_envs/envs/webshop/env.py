@@ -11,7 +11,9 @@ its own; 1,024 envs of a process run one server and a connection per request in 
 The env owns its episode, not the server: it keeps the session state of every answer, so when
 the server no longer has its session (other clients' sessions pushed it out of the server's
 session cap, or the server restarted) the env opens a new session from that state and sends
-the request again; the agent sees an ordinary turn.
+the request again; the agent sees an ordinary turn. Those requests are
+:class:`~budget_envs.envs.webshop.session.ShopSession`'s; the fault hooks are
+:class:`~budget_envs.envs.webshop.faults.FaultHooks`'s, both mixed into :class:`WebShopEnv`.
 """
 
 from __future__ import annotations
@@ -19,21 +21,20 @@ from __future__ import annotations
 import json
 import logging
 import re
-import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from budget_envs._util import UNSEEN_SPLIT, check_int, check_levels, check_split, split_seed
-from budget_envs.core import UNREACHABLE, FaultOutcome, TextAgentEnv
+from budget_envs.core import UNREACHABLE, TextAgentEnv
 from budget_envs.env_options import BaseOptions
 from budget_envs.envs.webshop.app import MAX_BODY
-from budget_envs.envs.webshop.client import CONNECTION_ERRORS, ConnectionPool, shared_pool
+from budget_envs.envs.webshop.faults import FaultHooks
 from budget_envs.envs.webshop.oracle import oracle
 from budget_envs.envs.webshop.scoring import SCORING_MODES
-from budget_envs.envs.webshop.shop import SEP
-from budget_envs.envs.webshop.tasks import LEVELS, PAGE_SIZE, Task
+from budget_envs.envs.webshop.session import ShopSession
+from budget_envs.envs.webshop.tasks import LEVELS, Task
 from budget_envs.errors import ActionRejected, WebShopServerError
 
 if TYPE_CHECKING:
@@ -43,10 +44,6 @@ __all__ = ["WebShopEnv", "WebShopServerError"]
 
 logger = logging.getLogger(__name__)
 
-_FAULTS = ("http_error", "stale_page", "slow_response", "out_of_stock", "delisted")
-#: The permanent kinds and the session-state list each one grows.
-_PERMANENT = {"out_of_stock": "out_of_stock", "delisted": "delisted"}
-_REASONS = {500: "Internal Server Error", 503: "Service Unavailable"}
 #: Largest action, as the JSON text a step request carries, that fits the shop's request body
 #: limit with room for the rest of the request (a fault).
 _ACTION_JSON_BYTES = MAX_BODY - 1024
@@ -84,21 +81,7 @@ def goal_queries(goal: str) -> list[str]:
     return [q for q in dict.fromkeys(" ".join(q.split()) for q in out) if q]
 
 
-def _on_screen(state: dict[str, Any]) -> list[str]:
-    """The products the page of ``state`` shows: the current results page, the product of an
-    item page or sub-page, or the cart entries on the start page."""
-    page = state.get("page")
-    if page == "results":
-        start = (int(state["page_no"]) - 1) * PAGE_SIZE
-        return list(state["results"][start : start + PAGE_SIZE])
-    if page in ("item", "sub") and state.get("asin"):
-        return [state["asin"]]
-    if page == "search":
-        return [c["asin"] for c in state.get("cart", [])]
-    return []
-
-
-class WebShopEnv(TextAgentEnv):
+class WebShopEnv(FaultHooks, ShopSession, TextAgentEnv):
     """Find and buy the product(s) the instruction describes with ``search[...]``/``click[...]``.
 
     Args:
@@ -146,13 +129,6 @@ class WebShopEnv(TextAgentEnv):
 
     oracle_exact: ClassVar[bool] = True
     native_snapshot: ClassVar[bool] = True
-    family_fault_cells: ClassVar[dict[str, tuple[str, str]]] = {
-        "http_error": ("explicit", "transient"),
-        "stale_page": ("silent", "transient"),
-        "slow_response": ("explicit", "transient"),
-        "out_of_stock": ("explicit", "permanent"),
-        "delisted": ("silent", "permanent"),
-    }
 
     def __init__(
         self,
@@ -214,114 +190,6 @@ class WebShopEnv(TextAgentEnv):
             f"{prefix}L{lv}-{i:04d}" for lv in levels for i in range(self.tasks_per_level)
         )
 
-    # ---------------------------------------------------------------- server and HTTP
-    @property
-    def base_url(self) -> str:
-        """Where the shop server answers (starts the env's own server if it has none yet)."""
-        if self._given_url is not None:
-            return self._given_url
-        if self._server is None:
-            self._start_server()
-        return self._server.base_url
-
-    @property
-    def server(self):
-        """The :class:`~budget_envs.envs.webshop.server.ShopServer` this env started or shares
-        with the other envs of its process, or None (a ``base_url`` given)."""
-        return self._server
-
-    def shared_env_kwargs(self) -> dict[str, Any]:
-        """Constructor kwargs that make more envs of this process use this env's shop server.
-
-        The eval runner's async driver (many live envs) and the OpenEnv service (one env per
-        session) pass them to every further env, so a process runs one shop server, not one per
-        env. This env keeps owning the server and stops it on close.
-        """
-        return {"base_url": self.base_url}
-
-    def _start_server(self, replace=None) -> None:
-        from budget_envs.envs.webshop.server import acquire_server, release_server
-
-        self._require_open()  # a closed env never starts a server again
-        self._server = acquire_server(
-            self.catalogue_seed,
-            self.num_products,
-            host=self.host,
-            unseen_types=self.unseen_types,
-            replace=replace,
-        )
-        self._finalizer = weakref.finalize(self, release_server, self._server)
-        logger.info("web shop env plays on the server at %s", self._server.base_url)
-
-    def restart_server(self) -> str:
-        """Play on a fresh server (after this process's server died); returns the new
-        ``base_url``. Other envs of the process move to it when they find the old one dead."""
-        if self._given_url is not None:
-            raise WebShopServerError(
-                f"this env does not own the server at {self._given_url}; restart it there"
-            )
-        old = self._server
-        if self._finalizer is not None:
-            self._finalizer()
-        self._server = None
-        self._sid = None
-        self._start_server(replace=old)
-        return self._server.base_url
-
-    def _session(self) -> ConnectionPool:
-        if self._http is None:
-            self._http = shared_pool(self.timeout)
-            self._check_server()
-        return self._http
-
-    def _check_server(self) -> None:
-        info = self._request("GET", "/api/info")
-        if info.get("seed") != self.catalogue_seed:
-            raise WebShopServerError(
-                f"the server at {self.base_url} serves catalogue seed {info.get('seed')!r}, "
-                f"but this env was made with catalogue_seed={self.catalogue_seed}"
-            )
-        if bool(info.get("unseen_types", False)) != self.unseen_types:
-            raise WebShopServerError(
-                f"the server at {self.base_url} "
-                + (
-                    "has no held-out product types: split='test_unseen' needs a server started "
-                    "with --unseen-types"
-                    if self.unseen_types
-                    else "serves the test_unseen catalogue (--unseen-types), but this env plays "
-                    f"split={self.split!r}"
-                )
-            )
-
-    def _request(
-        self, method: str, path: str, json: Any = None, ok: tuple[int, ...] = (200, 201, 204)
-    ) -> Any:
-        base_url = self.base_url
-        http = self._http if self._http is not None else self._session()
-        try:
-            status, payload = http.request(method, base_url, path, json)
-        except CONNECTION_ERRORS as exc:
-            raise WebShopServerError(
-                f"the web shop server at {self.base_url} did not answer "
-                f"({type(exc).__name__}); is it running?"
-                + (
-                    " The env owns it: call env.unwrapped.restart_server() or reset()."
-                    if self._given_url is None
-                    else ""
-                )
-            ) from exc
-        if status not in ok:
-            text = payload.decode("utf-8", errors="replace")
-            raise WebShopServerError(
-                f"the web shop server at {self.base_url} answered {status} to "
-                f"{method} {path}: {text[:200]}"
-            )
-        if status == 204:
-            return None
-        if status >= 500:
-            return {"status": status}
-        return http.decode(payload)
-
     # ---------------------------------------------------------------- TextAgentEnv hooks
     @property
     def task_ids(self) -> Sequence[str]:
@@ -370,78 +238,6 @@ class WebShopEnv(TextAgentEnv):
         self._purchase = None
         self._apply(data)
         return self._view
-
-    def _apply(self, data: dict[str, Any]) -> None:
-        self._state = data["state"]
-        self._admissible_now = list(data["admissible"])
-        self._view = data["view"]
-
-    def _in_session(
-        self, method: str, suffix: str = "", json: Any = None, ok: tuple[int, ...] = (200,)
-    ) -> Any:
-        """A request on the env's shop session. When the server answers that it has no such
-        session (evicted by other clients' sessions, or a restarted server), the session is
-        opened again from the env's last state and the request is sent once more."""
-        if self._sid is not None:
-            data = self._request(
-                method, f"/api/sessions/{self._sid}{suffix}", json=json, ok=(*ok, 404)
-            )
-            if not (isinstance(data, dict) and data.get("status") == 404):
-                return data
-            logger.info("the web shop server lost session %s; opening it again", self._sid)
-        self._reopen(self._state)
-        return self._request(method, f"/api/sessions/{self._sid}{suffix}", json=json, ok=ok)
-
-    def _reopen(self, state: dict[str, Any]) -> None:
-        """Open a new session on the server and set it to ``state`` (a session state)."""
-        if not state:
-            raise WebShopServerError("this env has no shop session yet: call reset() first")
-        self._sid = None
-        if self._http is None:
-            self._session()
-        else:  # the same catalogue as before (a restarted server may serve another one)
-            self._check_server()
-        data = self._request(
-            "POST", "/api/sessions", json={"task_id": state["task_id"], "scoring": self.scoring}
-        )
-        self._sid = data["sid"]
-        self._apply(self._request("PUT", f"/api/sessions/{self._sid}", json={"state": state}))
-
-    def _put_state(self, state: dict[str, Any]) -> None:
-        """Set the session to ``state``, opening a session when the env has none (yet)."""
-        if self._sid is None:
-            self._reopen(state)
-        else:
-            self._apply(self._in_session("PUT", json={"state": state}))
-
-    def _step_request(self, action: str, fault: dict | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {"action": action}
-        if fault is not None:
-            body["fault"] = fault
-        ok = (200, 500, 503) if fault else (200,)
-        try:
-            return self._in_session("POST", "/step", json=body, ok=ok)
-        except WebShopServerError:
-            if not self._revive():
-                raise
-        return self._in_session("POST", "/step", json=body, ok=ok)
-
-    def _revive(self) -> bool:
-        """Mid-episode, after the env's own server died: start a fresh one and put the episode's
-        state (the env keeps the session state of every answer) into a new session there, so
-        the turn runs as if nothing happened. False when there is nothing to revive: the server
-        is someone else's (then the caller's error stands) or it is still alive."""
-        if self._server is None or self._server.alive or self._task_id is None:
-            return False
-        logger.warning(
-            "the web shop server at %s died mid-episode; restarting it and restoring the "
-            "session of %s",
-            self._server.base_url,
-            self._task_id,
-        )
-        self.restart_server()
-        self._reopen(self._state)
-        return True
 
     def _after(self, data: dict[str, Any]) -> float:
         self._apply(data)
@@ -539,85 +335,6 @@ class WebShopEnv(TextAgentEnv):
     def _cost_to_go(self) -> int:
         """Fewest turns to a purchase scoring 1.0 (the core answers once won or lost)."""
         return oracle(self._task, self._state)[1]
-
-    # ---------------------------------------------------------------- faults
-    def fault_kinds(self) -> tuple[str, ...]:
-        """``http_error`` (500/503, page unchanged), ``stale_page``, ``slow_response``,
-        ``out_of_stock`` and ``delisted`` (permanent)."""
-        return _FAULTS
-
-    def _fault(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
-        """Server-side faults (the request carries them; the server plays them out):
-
-        * ``http_error``: the server answers 500 or 503 and does not run the action;
-        * ``stale_page``: the action runs; the agent is shown the page from before it;
-        * ``slow_response``: the action runs; the answer arrives 0.15-0.6 s late (noted).
-
-        Reward, score and purchase of an action that runs are the normal turn's. A malformed
-        action is rejected as on any turn (the fault then changes nothing).
-
-        Permanent kinds (the effect is part of the session state, so of ``state_hash`` and of
-        snapshots): the action is handled as usual, then one product the page now shows (a
-        result of the current results page, the product of an item page, a cart entry on the
-        start page; drawn from ``rng``) is hit for the rest of the episode:
-
-        * ``out_of_stock``: it can no longer be bought; the pages say so (results, item page,
-          cart) and a notice is shown; buying it or checking out a cart holding it is refused;
-        * ``delisted`` (silent): searches no longer list it and it leaves the current result
-          list; nothing says so.
-
-        The oracle plans around the effect; when the target is hit beyond reach (sold out, or
-        delisted and not on screen any more) the task is lost (``cost_to_go()`` UNREACHABLE).
-        """
-        if kind in _PERMANENT:
-            return self._permanent(kind, rng, action)
-        runnable = self.check_action(action) is None
-        if kind == "http_error":
-            status = int(rng.choice([500, 503]))
-            self._step_request(action if runnable else "", {"kind": kind, "status": status})
-            return FaultOutcome(
-                f"HTTP {status} {_REASONS[status]}: the shop did not answer. "
-                "The page is unchanged; try again.",
-                "dropped",
-            )
-        fault: dict[str, Any] = {"kind": kind}
-        if kind == "slow_response":
-            fault["delay_ms"] = delay = int(rng.integers(150, 600))
-        if not runnable:
-            obs, reward, invalid = self._attempt(action)
-            return FaultOutcome(obs, "none", None, reward, invalid)
-        data = self._step_request(action, fault)
-        if data["invalid"]:
-            return FaultOutcome(data["feedback"], "none", None, 0.0, True)
-        reward = self._after(data)
-        if kind == "stale_page":
-            return FaultOutcome(data["stale_view"], "observation", action, reward)
-        note = f"(The page took {delay / 1000:.2f} s to load.)"
-        return FaultOutcome(f"{self._view}{SEP}{note}", "observation", action, reward)
-
-    def _permanent(self, kind: str, rng: np.random.Generator, action: Any) -> FaultOutcome:
-        obs, reward, invalid = self._attempt(action)
-        executed = None if invalid else action
-        if self.won or self.lost:
-            return FaultOutcome(obs, "none", executed, reward, invalid)
-        state = json.loads(json.dumps(self._state))
-        listed = _PERMANENT[kind]
-        hit = set(state.get(listed) or ())
-        pool = [a for a in _on_screen(state) if a not in hit]
-        if not pool:
-            return FaultOutcome(obs, "none", executed, reward, invalid)
-        asin = pool[int(rng.integers(len(pool)))]
-        state[listed] = sorted(hit | {asin})
-        if kind == "delisted" and asin in state["results"]:
-            state["results"] = [a for a in state["results"] if a != asin]
-            pages = max(1, -(-len(state["results"]) // PAGE_SIZE))
-            state["page_no"] = min(int(state["page_no"]), pages)
-        self._put_state(state)
-        self._check_lost()
-        if kind == "delisted":
-            return FaultOutcome(self._view, "world", executed, reward, invalid)
-        note = f"Notice: item {asin} is now out of stock; it can no longer be bought."
-        return FaultOutcome(f"{self._view}{SEP}{note}", "world", executed, reward, invalid)
 
     # ---------------------------------------------------------------- snapshots
     def _snapshot_state(self) -> dict[str, Any]:
