@@ -14,13 +14,10 @@ import socket
 import sys
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING
+from typing import Any
 from urllib.parse import unquote
 
 from budget_envs.envs.webshop.app import MAX_BODY
-
-if TYPE_CHECKING:
-    from budget_envs.envs.webshop.wsgi_server import _Server
 
 logger = logging.getLogger(__name__)
 _MAX_URL = 2048
@@ -89,13 +86,17 @@ def _frame(buf: bytearray) -> tuple[int, bool] | None:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    """Answers one request that has already arrived in full (``data``)."""
+    """Answers one request that has already arrived in full (``data``).
+
+    ``server`` is the serving loop (``wsgi_server._Server``, not imported here: that module
+    imports this one): the handler reads its ``app``, ``host_policy`` and ``server_address``.
+    """
 
     protocol_version = "HTTP/1.1"
     server_version = "BudgetMixWebShop/1"
     sys_version = ""
 
-    def __init__(self, conn: _Conn, data: bytes, server: _Server) -> None:  # noqa: D107
+    def __init__(self, conn: _Conn, data: bytes, server: Any) -> None:  # noqa: D107
         self.server = server
         self.request = self.connection = conn.sock
         self.client_address = conn.addr
