@@ -15,24 +15,31 @@ it adds is caching, none of which changes a byte of output:
 * a command whose template only reads static facts (e.g. ``go to`` reads ``receptacleatlocation``,
   which no action changes) is derived once per game and reused; the intro text is derived once.
 
-:func:`reference_env` builds alfworld's own path for tests and benchmarks.
+Reading, parsing and translating a game file live in :mod:`~budget_envs.envs.alfworld.loading`,
+the text derivation in :mod:`~budget_envs.envs.alfworld.textgen`. :func:`reference_env` builds
+alfworld's own path for tests and benchmarks.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
-import sys
 import threading
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any
 
 from budget_envs._util import check_int
 from budget_envs.envs.alfworld import _deps
+from budget_envs.envs.alfworld.loading import (
+    _build,
+    _GameCache,
+    _new_state,
+    _replan_sas,
+    _Translation,
+)
+from budget_envs.envs.alfworld.textgen import _deriver
 from budget_envs.errors import GameFileError
 
 logger = logging.getLogger(__name__)
@@ -52,12 +59,6 @@ __all__ = [
 #: 20, 2.3 MB at 30 and 4.2 MB at 45 (tracemalloc), so the bound is about 85 MB of small scenes
 #: and 550 MB at worst (all 45-receptacle scenes).
 RESET_CACHE_SIZE = 128
-
-_TRANSLATE_LOCK = threading.Lock()
-#: textworld's parsers (module-level tatsu parsers) are not thread-safe: concurrent parses (the
-#: service's sessions prepare resets on threads) failed with "'NoneType' object is not
-#: iterable" and "pop from empty list". Every parse of this module holds it.
-_PARSE_LOCK = threading.Lock()
 
 
 class _LRU(OrderedDict):
@@ -141,273 +142,7 @@ def set_reset_cache_size(maxsize: int) -> int:
     return old
 
 
-@dataclass
-class _Translation:
-    task: Any
-    sas: str
-    sas_replan: str | None
-    init_facts: list
-    types: list
-    dynamic_predicates: frozenset
-    name2type: dict
-    first_state_facts: list | None = None
-
-
-def _translate(domain: str, problem: str) -> _Translation:
-    """The plain SAS translation of a problem and what a state is built from (the optimised one
-    is made by :func:`_replan_sas` when a plan is asked for)."""
-
-    def make() -> _Translation:
-        import fast_downward  # noqa: PLC0415 (lazy heavy import)
-        from textworld.logic import Proposition, Variable  # noqa: PLC0415
-
-        argv = sys.argv
-        with _TRANSLATE_LOCK:
-            try:
-                task, sas = fast_downward.pddl2sas(domain, problem, verbose=False)
-            finally:
-                sys.argv = argv
-        name2type = {o.name: o.type_name for o in task.objects}
-        pddl = fast_downward.translate.pddl
-        facts = []
-        for atom in task.init:
-            if isinstance(atom, pddl.conditions.Atom):
-                if atom.predicate == "=":
-                    continue
-                facts.append(
-                    Proposition(atom.predicate, [Variable(a, name2type[a]) for a in atom.args])
-                )
-            elif isinstance(atom, pddl.f_expression.Assign):
-                if atom.fluent.symbol == "total-cost":
-                    continue
-                name = str(atom.expression.value)
-                if name.isdigit():
-                    continue
-                facts.append(
-                    Proposition(name, [Variable(a, name2type[a]) for a in atom.fluent.args])
-                )
-        dynamic = set()
-        for action in task.actions:
-            for eff in action.effects:
-                dynamic.add(eff.literal.predicate.lower())
-        types = [(t.name, t.supertype_names) for t in task.types]
-        return _Translation(task, sas, None, facts, types, frozenset(dynamic), name2type)
-
-    return make()
-
-
-def _replan_sas(domain: str, problem: str, tr: _Translation) -> str:
-    """The optimised translation the planner searches (made only when a plan is asked for)."""
-    if tr.sas_replan is None:
-        import fast_downward  # noqa: PLC0415
-
-        argv = sys.argv
-        with _TRANSLATE_LOCK:
-            try:
-                _, tr.sas_replan = fast_downward.pddl2sas(
-                    domain, problem, verbose=False, optimize=True
-                )
-            finally:
-                sys.argv = argv
-    return tr.sas_replan
-
-
-def _logic(domain: str, grammar: str) -> Any:
-    _, logic_mod = _deps.textworld_pddl()
-    with _PARSE_LOCK:
-        return logic_mod.GameLogic(domain=domain, grammar=grammar)
-
-
-def _new_state(lib: Any, tr: _Translation, logic: Any, problem: str) -> Any:
-    """A textworld ``PddlState`` built from a memoised translation (same facts, same lib state)."""
-    from collections import Counter, defaultdict  # noqa: PLC0415
-
-    import textworld.logic  # noqa: PLC0415
-
-    _, logic_mod = _deps.textworld_pddl()
-    state = logic_mod.PddlState.__new__(logic_mod.PddlState)
-    state._facts = defaultdict(set)
-    state._vars_by_name = {}
-    state._vars_by_type = defaultdict(set)
-    state._var_counts = Counter()
-    state._logic = logic
-    state.downward_lib = lib
-    state.pddl_problem = problem
-    state.task, state.sas, state.sas_replan = tr.task, tr.sas, tr.sas_replan
-    state._actions = {a.name: a for a in tr.task.actions}
-    for name, supers in tr.types:
-        try:
-            logic.types.add(textworld.logic.Type(name, supers))
-        except ValueError:
-            pass
-    lib.load_sas(tr.sas.encode("utf-8"))
-    state.name2type = tr.name2type
-    state.add_facts(tr.init_facts)
-    if tr.first_state_facts is None:
-        size = lib.get_state_size()
-        atoms = (logic_mod.Atom * size)()
-        lib.get_state(atoms)
-        facts = [a.get_fact(tr.name2type) for a in atoms]
-        tr.first_state_facts = [f for f in facts if not f.is_negation]
-    state.add_facts(tr.first_state_facts)
-    return state
-
-
-class _Deriver:
-    """textworld's context-sensitive grammar derivation, with parses memoised and no deep copies.
-
-    Same algorithm and the same symbol classes as ``ContextSensitiveGrammar.derive`` (first
-    applicable rule, conditional queries in ``all_assignments`` order, list display with the
-    grammar's separators), so the text is identical; it only skips re-parsing the same strings
-    with TatSu and deep-copying contexts that derivation never mutates.
-    """
-
-    def __init__(self) -> None:
-        import textworld.envs.pddl.textgen as textgen  # noqa: PLC0415
-        from textworld.logic import Rule  # noqa: PLC0415
-
-        self._tg = textgen
-        self._rule = Rule
-        self._starts: dict[str, list] = {}
-        self._queries: dict[str, Any] = {}
-        self._eval_globals = vars(textgen)
-
-    def _query_rule(self, text: str) -> Any:
-        rule = self._queries.get(text)
-        if rule is None:
-            with _PARSE_LOCK:
-                rule = self._queries[text] = self._rule.parse_conjunctive_query(text)
-        return rule
-
-    def derive(self, grammar: Any, start: str, context: dict) -> str:
-        tg = self._tg
-        symbols = self._starts.get(start)
-        if symbols is None:
-            with _PARSE_LOCK:
-                symbols = self._starts[start] = tg._parse_and_convert(start, rule_name="symbols")
-        stack = [(sym, context) for sym in reversed(symbols)]
-        out: list[str] = []
-        while stack:
-            sym, ctx = stack.pop()
-            if isinstance(sym, tg.TerminalSymbol):
-                out.append(str(sym))
-            elif isinstance(sym, tg.NonterminalSymbol):
-                stack.extend((s, ctx) for s in reversed(self._replace(grammar, sym, ctx)))
-            elif isinstance(sym, (tg.ConditionalSymbol, tg.EvalSymbol, tg.ListSymbol)):
-                stack.extend(reversed(self._expand(sym, ctx)))
-            else:
-                raise NotImplementedError(f"Unknown symbol: {type(sym)}")
-        return "".join(out)
-
-    def _replace(self, grammar: Any, sym: Any, ctx: dict) -> list:
-        rules = grammar._rules.get(str(sym))
-        if not rules:
-            raise self._tg.CSGUnknownSymbolError(sym)
-        state = ctx["state"]
-        for rule in rules:
-            if not rule.condition:
-                return rule.rhs
-            if any(
-                True
-                for _ in state.all_assignments(self._query_rule(rule.condition), ctx["mapping"])
-            ):
-                return rule.rhs
-        raise IndexError("list index out of range")  # what upstream raises when no rule applies
-
-    def _expand(self, sym: Any, ctx: dict) -> list:
-        tg = self._tg
-        if isinstance(sym, tg.EvalSymbol):
-            local = dict(ctx["variables"])
-            local["self"], local["context"] = sym, ctx
-            return [(tg.TerminalSymbol(eval(sym.expression, self._eval_globals, local)), ctx)]
-        if isinstance(sym, tg.ConditionalSymbol):
-            if not sym.given:
-                return [(sym.expression, _copy_ctx(ctx))]
-            out = []
-            infos = ctx["entity_infos"]
-            for mapping in ctx["state"].all_assignments(
-                self._query_rule(sym.given), ctx["mapping"]
-            ):
-                new = _copy_ctx(ctx)
-                new["variables"].update({ph.name: infos[var.name] for ph, var in mapping.items()})
-                new["mapping"].update(mapping)
-                out.append((sym.expression, new))
-            return out
-        # ListSymbol: expand the inner symbol, then display the items as a list.
-        items = (
-            self._expand(sym.symbol, ctx)
-            if not isinstance(sym.symbol, tg.TerminalSymbol)
-            else [(sym.symbol, ctx)]
-        )
-        if len(items) == 0:
-            return [(tg.NonterminalSymbol("list_empty"), ctx)]
-        if len(items) == 1:
-            return items
-        sep = (tg.NonterminalSymbol("list_separator"), ctx)
-        last = (tg.NonterminalSymbol("list_last_separator"), ctx)
-        out = []
-        for item in items[:-1]:
-            out.extend((item, sep))
-        out[-1] = last
-        out.append(items[-1])
-        return out
-
-
-def _copy_ctx(ctx: dict) -> dict:
-    return {
-        "state": ctx["state"],
-        "facts": ctx["facts"],
-        "variables": dict(ctx["variables"]),
-        "mapping": dict(ctx["mapping"]),
-        "entity_infos": ctx["entity_infos"],
-    }
-
-
-_DERIVER: list = []
-
-
-def _deriver() -> _Deriver:
-    if not _DERIVER:
-        _DERIVER.append(_Deriver())
-    return _DERIVER[0]
-
-
 _PREDICATE = re.compile(r"([A-Za-z_][\w-]*)\s*\(")
-
-
-@dataclass
-class _GameCache:
-    """A game's initial state as loading leaves it, and what never changes within the game:
-    the parsed file, grammar and domain (``logic``), the translation (``tr``, with the facts
-    Fast Downward starts from), entity names, the intro, static commands. Nothing in it changes
-    while a game is played (each load builds a fresh engine state from it), so one entry serves
-    every reset and every engine of the process."""
-
-    data: dict
-    logic: Any
-    tr: _Translation
-    entity_infos: dict | None = None
-    intro: str | None = None
-    static_actions: dict = field(default_factory=dict)  # action name -> placeholders read, or None
-    commands: dict = field(default_factory=dict)  # (action name, args) -> command text
-
-
-def _read_game(path: str) -> dict:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise GameFileError(f"{path}: game file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise GameFileError(f"{path}: not a readable JSON game file ({exc})") from exc
-    if not isinstance(data, dict):
-        raise GameFileError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    missing = [
-        k for k in ("pddl_domain", "grammar", "pddl_problem") if not isinstance(data.get(k), str)
-    ]
-    if missing:
-        raise GameFileError(f"{path}: missing or non-text keys {missing}")
-    return data
 
 
 def _file_key(path: str) -> tuple | None:
@@ -418,29 +153,6 @@ def _file_key(path: str) -> tuple | None:
     except (OSError, ValueError):
         return None
     return (os.path.realpath(path), st.st_size, st.st_mtime_ns)
-
-
-def _build(path: str) -> _GameCache:
-    """Read, parse and translate ``path``: the cold load (what every reset did before the cache)."""
-    data = _read_game(path)
-    try:
-        logic = _logic(data["pddl_domain"], data["grammar"])
-    except Exception as exc:
-        raise GameFileError(f"{path}: the grammar or domain does not parse ({exc})") from exc
-    try:
-        tr = _translate(data["pddl_domain"], data["pddl_problem"])
-    except KeyError as exc:
-        raise GameFileError(
-            f"{path}: the PDDL problem uses an undeclared object or constant {exc} "
-            "(or its goal cannot be satisfied by any declared object)"
-        ) from exc
-    except SystemExit as exc:
-        raise GameFileError(f"{path}: the PDDL does not translate (exit {exc.code})") from exc
-    except Exception as exc:
-        raise GameFileError(
-            f"{path}: the PDDL does not translate ({type(exc).__name__}: {exc})"
-        ) from exc
-    return _GameCache(data, logic, tr)
 
 
 #: Fast Downward library copies of closed engines, reused by the next engines of this process.
