@@ -8,9 +8,10 @@ at once, over one pooled HTTP client per process. The same agent also works one 
 through the synchronous :class:`~budget_envs.eval.agents.Agent` protocol (``reset`` / ``act``),
 which the single-step probes and :func:`~budget_envs.eval.runner.transcript` use.
 
-The HTTP client is ``aiohttp``: of the async clients it spends the least CPU per request (see
-``docs/llm-agents.md``), which is what bounds a driver that keeps a batching server busy. The
-JSON it sends is built here, so every request carries only the fields the user set.
+Request building (:mod:`~budget_envs.eval.chat_request`: every request carries only the fields
+the user set), the HTTP transport (:mod:`~budget_envs.eval.chat_http`: ``aiohttp``, retries) and
+reply parsing (:mod:`~budget_envs.eval.chat_reply`) are modules of their own; :class:`ChatAgent`
+mixes in the first two.
 
 What a reply becomes:
 
@@ -24,29 +25,22 @@ What a reply becomes:
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
-import logging
-import os
 import random
-import re
 import time
-from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from budget_envs._util import require, tool_calls_action
-from budget_envs.errors import AgentError, PreflightError
+from budget_envs._util import tool_calls_action
+from budget_envs.errors import AgentError
+from budget_envs.eval.chat_http import ChatTransport
+from budget_envs.eval.chat_reply import _count, _Reply, split_reasoning
+from budget_envs.eval.chat_request import _REASONING_MODEL, ChatRequests
 from budget_envs.eval.prompts import DEFAULT_PROMPTS, system_prompt, with_actions
 
 __all__ = ["ChatAgent", "ChatEpisode", "Clock", "split_reasoning"]
 
-logger = logging.getLogger(__name__)
-
-#: OpenAI's reasoning models (o1, o3, o4-mini, gpt-5...): ``max_completion_tokens``, no sampling.
-_REASONING_MODEL = re.compile(r"^(?:.*/)?(?:o\d(?:[-.].*)?|gpt-5.*)$")
-#: Sampling fields a reasoning model rejects.
-_SAMPLING = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
 #: What the model is told after a reply the server cut at its token limit.
 LENGTH_NOTE = (
     "(Your previous reply was cut off at the token limit before it gave an action, so nothing "
@@ -64,89 +58,11 @@ class Clock:
         await asyncio.sleep(seconds)
 
 
-def split_reasoning(text: str | None) -> tuple[str, str | None]:
-    """``(answer, reasoning)`` of a reply that may hold a ``<think>...</think>`` block.
-
-    A reply without the opening tag but with a closing one (templates that open the block in
-    the prompt) has everything before ``</think>`` as reasoning; an unclosed block is all
-    reasoning (the answer is empty).
-
-    >>> split_reasoning("<think>the key is east</think>\\ngo east")
-    ('go east', 'the key is east')
-    >>> split_reasoning("go east")
-    ('go east', None)
-    """
-    if not text:
-        return "", None
-    stripped = text.lstrip()
-    if stripped.startswith("<think>"):
-        body = stripped[len("<think>") :]
-        thought, closed, rest = body.partition("</think>")
-        if not closed:
-            return "", thought.strip()
-        return rest.strip(), thought.strip()
-    head, closed, rest = text.partition("</think>")
-    if closed:
-        return rest.strip(), head.strip()
-    return text.strip(), None
-
-
-def _count(value: Any) -> int:
-    """A token count from a reply's ``usage`` (0 when a server sends something else)."""
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return 0
-
-
-def _message_problem(message: Any) -> str | None:
-    """What is wrong with a reply's assistant message, or None when it is usable (an endpoint
-    answering garbage ends the episode as one :class:`AgentError`, never as an exception from
-    deep inside the agent)."""
-    if not isinstance(message, dict):
-        return "choices[0].message is not an object"
-    if not isinstance(message.get("content"), (str, type(None))):
-        return "message content is not text"
-    calls = message.get("tool_calls")
-    if not isinstance(calls, (list, type(None))) or not all(
-        isinstance(c, dict) and isinstance(c.get("function", {}), dict) for c in calls or []
-    ):
-        return "tool_calls is not a list of call objects"
-    return None
-
-
-def _retry_after(value: str | None, now: float) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - now)
-
-
 @dataclass
 class _Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     requests: int = 0
-    retries: int = 0
-
-
-@dataclass
-class _Reply:
-    message: dict[str, Any]
-    finish_reason: str | None
-    usage: dict[str, Any] = field(default_factory=dict)
     retries: int = 0
 
 
@@ -225,7 +141,7 @@ def _check_modes(
         raise ValueError(f"show_actions must be true or false, got {show_actions!r}")
 
 
-class ChatAgent:
+class ChatAgent(ChatRequests, ChatTransport):
     """An agent behind an OpenAI-compatible ``/chat/completions`` endpoint.
 
     Args:
@@ -342,182 +258,6 @@ class ChatAgent:
         state["_loop"] = None
         state["_current"] = None
         return state
-
-    # ------------------------------------------------------------------ requests
-    def payload(
-        self, messages: list[dict[str, Any]], tools: Any, episode_seed: int
-    ) -> dict[str, Any]:
-        """The request body: the model, the messages, the tools, and only the fields set."""
-        body: dict[str, Any] = {"model": self.model, "messages": messages}
-        if tools:
-            body["tools"] = list(tools)
-        sampling = {k: getattr(self, k) for k in _SAMPLING if getattr(self, k) is not None}
-        if self.reasoning_model:
-            if sampling and not self._warned_sampling:
-                self._warned_sampling = True
-                logger.warning(
-                    "%s is a reasoning model: not sending %s", self.model, ", ".join(sampling)
-                )
-            limit = self.max_completion_tokens or self.max_tokens
-            if limit is not None:
-                body["max_completion_tokens"] = limit
-        else:
-            body.update(sampling)
-            if self.max_tokens is not None:
-                body["max_tokens"] = self.max_tokens
-            if self.max_completion_tokens is not None:
-                body["max_completion_tokens"] = self.max_completion_tokens
-        if self.stop is not None:
-            body["stop"] = self.stop
-        if self.reasoning_effort is not None:
-            body["reasoning_effort"] = self.reasoning_effort
-        if self.seed is not None:
-            body["seed"] = (self.seed * 1_000_003 + int(episode_seed)) % (2**31)
-        body.update(self.extra_body)
-        return body
-
-    def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        return headers
-
-    def _session(self) -> Any:
-        """The pooled client of the running event loop (one per loop, built on first use)."""
-        require("aiohttp", extra="chat", what="the chat agent")
-        import aiohttp
-
-        loop = asyncio.get_running_loop()
-        session = self._sessions.get(id(loop))
-        if session is None or session.closed:
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-            session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-                json_serialize=json.dumps,
-            )
-            self._sessions[id(loop)] = session
-        return session
-
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(retry_after, self.max_backoff)
-        base = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
-        return base / 2 + self._jitter.uniform(0, base / 2)
-
-    async def complete(self, body: dict[str, Any]) -> _Reply:
-        """POST ``body`` to ``/chat/completions``, with retries; the first choice's message."""
-        import aiohttp
-
-        session = self._session()
-        url = f"{self.base_url}/chat/completions"
-        headers = self._headers()
-        last = "no attempt"
-        wait: float | None = None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                await self.clock.sleep(self._delay(attempt, wait))
-            wait = None
-            try:
-                async with session.post(url, json=body, headers=headers) as resp:
-                    status = resp.status
-                    raw = await resp.read()
-                    if status == 429 or status >= 500:
-                        wait = _retry_after(resp.headers.get("Retry-After"), self.clock.time())
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                last = f"{type(exc).__name__}: {exc}"
-                logger.warning("chat request failed (attempt %d): %s", attempt + 1, last)
-                continue
-            text = raw.decode("utf-8", "replace")
-            if status == 429 or status >= 500:
-                last = f"HTTP {status}: {text[:200]}"
-                logger.warning("chat request failed (attempt %d): %s", attempt + 1, last)
-                continue
-            if status >= 400:
-                raise AgentError(f"{url} rejected the request: HTTP {status}: {text[:500]}")
-            try:
-                data = json.loads(text)
-                choice = data["choices"][0]
-                message = choice["message"]
-            except (ValueError, KeyError, IndexError, TypeError):
-                last = f"malformed chat completion: {text[:200]!r}"
-                continue
-            problem = _message_problem(message)
-            if problem is not None:
-                last = f"malformed chat completion ({problem}): {text[:200]!r}"
-                continue
-            return _Reply(
-                message=message,
-                finish_reason=choice.get("finish_reason"),
-                usage=data.get("usage") or {},
-                retries=attempt,
-            )
-        raise AgentError(f"{url} failed after {self.retries + 1} attempts; last error: {last}")
-
-    # ------------------------------------------------------------------ preflight
-    async def apreflight(self) -> list[str]:
-        """``GET {base_url}/models``: the server answers, takes the key and serves the model.
-
-        Returns the served model ids; raises :class:`PreflightError` with a one-line message.
-        """
-        import aiohttp
-
-        session = self._session()
-        url = f"{self.base_url}/models"
-        try:
-            async with session.get(url, headers=self._headers()) as resp:
-                status = resp.status
-                text = (await resp.read()).decode("utf-8", "replace")
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            reason = str(exc) or type(exc).__name__
-            raise PreflightError(
-                f"{self.name}: no OpenAI-compatible server answers at {self.base_url} ({reason})"
-            ) from None
-        if status in (401, 403):
-            where = f"${self.api_key_env}" if self.api_key_env else "no key (api_key_env is empty)"
-            raise PreflightError(
-                f"{self.name}: {url} refused the API key from {where} (HTTP {status})"
-            )
-        if status >= 400:
-            raise PreflightError(
-                f"{self.name}: {url} answered HTTP {status}: {' '.join(text.split())[:200]}"
-            )
-        try:
-            served = [str(m["id"]) for m in json.loads(text)["data"]]
-        except (ValueError, KeyError, TypeError):
-            raise PreflightError(
-                f"{self.name}: {url} is not an OpenAI-compatible model list: "
-                f"{' '.join(text.split())[:200]!r}"
-            ) from None
-        if self.model not in served:
-            raise PreflightError(
-                f"{self.name}: model {self.model!r} is not served at {self.base_url}; it serves "
-                + (", ".join(repr(m) for m in served[:10]) or "no model")
-            )
-        return served
-
-    def preflight(self) -> list[str]:
-        """:meth:`apreflight` from synchronous code."""
-        return self._run(self.apreflight())
-
-    async def aclose(self) -> None:
-        """Close the client of the running loop."""
-        session = self._sessions.pop(id(asyncio.get_running_loop()), None)
-        if session is not None:
-            await session.close()
-
-    def close(self) -> None:
-        """Close the synchronous path's client and loop."""
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.run_until_complete(self.aclose())
-            self._loop.close()
-        self._loop = None
-
-    def _run(self, coro: Awaitable[Any]) -> Any:
-        if self._loop is None or self._loop.is_closed():
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(coro)
 
     # ------------------------------------------------------------------ episodes
     def open_episode(
