@@ -5,7 +5,7 @@
 # trained by GRPO acting by scoring the offered actions (score-mean), T drawn from 4..8 per
 # episode, a process reward of 0.1 per turn of progress (a lost task counts 10 turns away),
 # saving the policy every 10 steps; the SFT start, every checkpoint and random then play the
-# same 20 unseen tasks (world 1) x 4 samples at T <= 8, budget hidden, temperature 1.
+# same 20 unseen tasks (world 1), one sample each, at T <= 8, budget hidden, temperature 1.
 # Resumable: a rerun skips what exists (training folders and recorded episodes). The trained
 # folders' budgetmix_policy.json and metrics.csv are copied to study/lm/grpo-tooluse/train/.
 set -euo pipefail
@@ -28,13 +28,13 @@ mkdir -p "$OUT/train"
 cp "$SFT_DIR/budgetmix_policy.json" "$OUT/train/sft_policy.json"
 cp "$SFT_DIR/metrics.csv" "$OUT/train/sft_metrics.csv"
 cp "$GRPO_DIR/metrics.csv" "$OUT/train/grpo_metrics.csv"
-agents=(--agent "sft=lm:model=$SFT_DIR,temperature=1,actions=score-mean,threads=2")
+agents=(--agent "sft=lm:model=$SFT_DIR,temperature=1,actions=score-mean,threads=1")
 for ckpt in "$GRPO_DIR"/checkpoints/step-*; do
   step=$((10#${ckpt##*step-}))
-  agents+=(--agent "grpo@$step=lm:model=$ckpt,temperature=1,threads=2")
+  agents+=(--agent "grpo@$step=lm:model=$ckpt,temperature=1,threads=1")
   cp "$ckpt/budgetmix_policy.json" "$OUT/train/grpo_step-$(printf %04d "$step").json"
 done
 agents+=(--agent random)
 resume=(); [ -f "$OUT/records.jsonl" ] && resume=(--resume)
 "$BIN/budgetmix" eval BudgetMix/ToolUse-v0 --env-kwargs '{"level": 1, "world_seed": 1}' \
-  "${agents[@]}" --tasks 20 --samples 4 --budgets 8 --out "$OUT" --workers 1 --quiet "${resume[@]}"
+  "${agents[@]}" --tasks 20 --samples 1 --budgets 8 --out "$OUT" --workers 1 --quiet "${resume[@]}"

@@ -121,7 +121,8 @@ def grpo_section(folder: Path, missing: list[str]) -> list[str]:
         "reward of 0.1 per turn of progress (a lost task counts 10 turns away): "
         f"{steps} GRPO steps in {minutes:.0f} minutes on 2 shared cores. Each checkpoint, the "
         f"SFT start and random played the same {tasks} unseen tasks (world 1) x {samples} "
-        "samples, budget hidden (one run at T=8 gives every T <= 8), temperature 1. "
+        f"sample{'' if samples == 1 else 's'}, budget hidden (one run at T=8 gives every "
+        "T <= 8), temperature 1. "
         "Commands: `examples/lm_grpo_curve.sh`; records and training logs: "
         "`study/lm/grpo-tooluse/`.",
         "",
@@ -144,6 +145,11 @@ def grpo_section(folder: Path, missing: list[str]) -> list[str]:
             + f" | {shares[0]:.0%} | {shares[1]:.0%} | {shares[2]:.0%} |"
         )
     last = order[-2]
+
+    def budget_share(agent: str) -> float:
+        stops = [_stop_at(r, 8) for r in by_agent[agent]]
+        return stops.count("budget") / len(stops)
+
     lines += [
         "",
         "95% bootstrap intervals over tasks (2,000 resamples). Stop reasons at T=8 are the "
@@ -152,6 +158,8 @@ def grpo_section(folder: Path, missing: list[str]) -> list[str]:
         "",
         f"- {last} - sft, Pass@1 at T=8: {_paired(by_agent[last], by_agent['sft'], 8)}.",
         f"- {last} - sft, Pass@1 at T=4: {_paired(by_agent[last], by_agent['sft'], 4)}.",
+        f"- Unseen episodes ended by the budget at T=8: {budget_share('sft'):.0%} for the SFT "
+        f"start, {budget_share(last):.0%} for {last}.",
         "",
         "### Training episodes (world 0), by blocks of 10 GRPO steps",
         "",
