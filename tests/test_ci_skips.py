@@ -27,7 +27,7 @@ def test_passes():
 """,
     "test_module_skip": """
 import pytest
-pytest.importorskip("no_such_module_for_the_ci_rule")
+pytest.skip("no_such_module_for_the_ci_rule is missing", allow_module_level=True)
 
 def test_never_runs():
     pass
