@@ -39,7 +39,7 @@ FAM = _family()
 
 
 def _spec(*families: Family, **kw) -> StudySpec:
-    kw.setdefault("arms", ["base", "fixed_generous", "mix"])
+    kw.setdefault("arms", ["base", "fixed_generous", "fixed_tight", "mix"])
     return StudySpec(families=list(families or [FAM]), n_boot=400, **kw)
 
 
@@ -118,20 +118,23 @@ def test_rl_winning_at_generous_but_not_tight_supports_c1():
     def rl(t, s, k):
         return 2 if t % 3 == 0 else (5 if (t + s + k) % 4 else None)
 
-    records = (
-        cell("base", base) + cell("fixed_generous", rl) + cell("mix", rl) + cell("random", never)
-    )
+    records = cell("base", base) + cell("fixed_generous", rl) + cell("fixed_tight", rl)
+    records += cell("mix", rl) + cell("random", never)
     res = by_contrast(C.analyse(_spec(), records))
     c1 = res["C1"]
     assert c1.verdict == "supported" and c1.claimed
     assert c1.estimate == pytest.approx(0.5)  # 2/3 of tasks x 3/4 of samples, minus 0 at tight
     assert c1.low > 0 and c1.units == 36 and c1.seeds == 3
-    # mix plays exactly as RL: nothing to detect, the paired interval is exactly [0, 0]
+    # mix plays exactly as both fixed arms: nothing to detect, the interval is exactly [0, 0]
     for name in ("C3a", "C3b"):
         assert res[name].verdict == "inconclusive"
         assert (res[name].estimate, res[name].low, res[name].high, res[name].p) == (0, 0, 0, 1)
-    # no probes and no fault episodes: C2 cannot be computed, and Holm runs over the other 3
+    # no probes and no fault episodes: C2 cannot be computed, nor the visible C3c/C3d and the
+    # imitation control without their records; Holm runs over the other 3
     assert res["C2"].verdict == "not run" and "no fired fault" in res["C2"].note
+    assert res["C3c"].note == "no records of mix, fixed_tight"
+    assert res["C3d"].note == "no records of mix, fixed_generous"
+    assert res["C4"].note == "no records of imitation"
     assert {res[n].tests for n in ("C1", "C3a", "C3b")} == {3}
     assert res["C1"].rank == 1 and res["C1"].level == pytest.approx(1 - 0.05 / 3)
 
@@ -144,7 +147,8 @@ def test_a_reversed_effect_is_contradicted():
     def slow(t, s, k):
         return 5 if (t + k) % 4 else None
 
-    records = cell("base", fast) + cell("fixed_generous", fast) + cell("mix", slow)
+    records = cell("base", fast) + cell("fixed_generous", fast) + cell("fixed_tight", fast)
+    records += cell("mix", slow)
     res = by_contrast(C.analyse(_spec(), records))
     assert res["C3a"].verdict == "contradicted"
     assert res["C3a"].estimate == pytest.approx(-0.75) and res["C3a"].high < 0
@@ -155,11 +159,11 @@ def test_identical_arms_are_inconclusive_with_an_interval_of_exactly_zero():
     def some(t, s, k):
         return 2 + (t % 5) if (3 * t + s + k) % 3 else None
 
-    records = [r for a in ("base", "fixed_generous", "mix") for r in cell(a, some)]
+    records = [r for a in ("base", "fixed_generous", "fixed_tight", "mix") for r in cell(a, some)]
     records += [probe(a, t, s, t % 2 == 0) for a in ("base", "fixed_generous") for s in (0, 1, 2)
                 for t in range(12)]  # fmt: skip
     res = by_contrast(C.analyse(_spec(), records))
-    assert set(res) == {"C1", "C2", "C3a", "C3b"}
+    assert set(res) == {c.name for c in C.CONTRASTS}
     for name in ("C1", "C3a", "C3b"):
         r = res[name]
         assert (r.verdict, r.estimate, r.low, r.high, r.p) == ("inconclusive", 0, 0, 0, 1)
@@ -171,7 +175,7 @@ def test_missing_arms_are_not_run_and_do_not_count_in_holm():
     records = cell("fixed_generous", lambda t, s, k: 2 if t % 2 else None)
     res = by_contrast(C.analyse(_spec(), records))
     assert res["C1"].verdict == "not run" and res["C1"].note == "no records of base"
-    assert res["C3a"].verdict == "not run" and res["C3a"].note == "no records of mix"
+    assert res["C3a"].verdict == "not run" and res["C3a"].note == "no records of mix, fixed_tight"
     assert all(r.tests == 0 for r in res.values())
 
 
@@ -203,7 +207,10 @@ def _small_effect(extra: int) -> list[dict]:
     def mix(t, s, k):
         return 2 if (t + k) % 2 or (t * 4 + k + 5 * s) % 48 < 2 * extra else None
 
-    return cell("base", base) + cell("fixed_generous", base) + cell("mix", mix)
+    return (
+        cell("base", base) + cell("fixed_generous", base) + cell("fixed_tight", base)
+        + cell("mix", mix)
+    )  # fmt: skip
 
 
 def test_verdict_needs_holm_rejection_not_only_an_interval_above_zero():
@@ -476,9 +483,11 @@ def test_report_sentences_and_the_same_bytes_twice(tmp_path):
         f"+{c1.estimate:.3f} [+{c1.low:.3f}, +{c1.high:.3f}] (Holm-adjusted "
     )
     assert sentence in page
-    # C2: RL keeps every won episode after a fault, base half; single steps are equal
-    assert res[("toy", "C2")].estimate == pytest.approx(0.5)
-    assert "toy: the budget binds" not in page and "Budget binding, toy: at the tight T=3" in page
+    # C2: RL keeps every won episode after a fault, base half; single steps are equal. Net of
+    # consistency: base wins its won tasks' other samples always (net 0.5 - 1), RL wins 4/5
+    # of them (1 - 4/5; a third of the tasks always won, the rest lose one sample in four)
+    assert res[("toy", "C2")].estimate == pytest.approx((1 - 4 / 5) - (0.5 - 1))
+    assert "Claims, toy: at the tight T=3" in page and "so its contrasts are claims" in page
     assert "calm: not a claim (the budget does not bind in calm)" in page
     assert not res[("calm", "C1")].claimed and res[("calm", "C3a")].verdict == "not run"
     assert "Headline, toy: fixed_generous - base, Pass@1 (budget hidden)" in page
@@ -490,7 +499,7 @@ def test_report_sentences_and_the_same_bytes_twice(tmp_path):
     assert "learning_status.csv" not in snap
     rows = snap["contrasts.csv"].decode().splitlines()
     assert rows[0].startswith("family,contrast,verdict,estimate,low,high,level,p,p_holm")
-    assert len(rows) == 1 + 2 * 4
+    assert len(rows) == 1 + 2 * len(C.CONTRASTS)
 
 
 def test_partial_records_are_reported_not_fatal(tmp_path):
@@ -500,15 +509,15 @@ def test_partial_records_are_reported_not_fatal(tmp_path):
     spec = _spec(FAM, _family("gone"), curve=["toy", 0], references={"oracle": "oracle"})
     report = write_study_report(spec, tmp_path / "out", tmp_path / "study.md", records=records,
                                 figures=False)  # fmt: skip
-    assert len(report.contrasts) == 8
+    assert len(report.contrasts) == 2 * len(C.CONTRASTS)
     assert {r.verdict for r in report.contrasts} == {"not run"}
     page = report.markdown
     assert (
         "C1 (RL's advantage over base shrinks when T is squeezed), toy: not run (no records "
         in page
     )
-    assert "C3a (mix beats fixed_generous at the tight T), gone: not run (no records of mix" in page
-    assert "Budget binding, gone: unknown" in page
+    assert "C3a (mix beats fixed_tight at the tight T (budget hidden)), gone: not run (no " in page
+    assert "Claims, gone: unknown" in page
     assert "Headline, toy: not run (no records of fixed_generous, base)." in page
     assert "| base | 0 | not run | 0 |" in page  # the learning curve's missing points
 

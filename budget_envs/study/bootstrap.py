@@ -23,6 +23,9 @@ import numpy as np
 CONFIDENCE = 0.95
 #: Seed of the bootstrap's generator.
 BOOT_SEED = 0
+#: The crossed factors a resample draws: both, or one of them alone (the other held as it
+#: is), which splits an interval's variance into its seed and task parts (the power note).
+FACTORS = ("seeds", "tasks")
 
 
 def hierarchical_weights(
@@ -63,7 +66,12 @@ def hierarchical_weights(
 
 
 def crossed_weights(
-    unit_seeds: Sequence[Any], unit_tasks: Sequence[Any], n_boot: int, seed: int = BOOT_SEED
+    unit_seeds: Sequence[Any],
+    unit_tasks: Sequence[Any],
+    n_boot: int,
+    seed: int = BOOT_SEED,
+    *,
+    factors: Sequence[str] = FACTORS,
 ) -> np.ndarray:
     """How often each unit counts in each of ``n_boot`` crossed resamples, shape
     ``(n_boot, units)``: (draws of its seed) x (draws of its task), the seeds drawn with
@@ -73,8 +81,13 @@ def crossed_weights(
     ``rng.integers(0, n, size=(n_boot, n))`` over the tasks in their first-seen order: a plain
     task bootstrap (:func:`budget_envs.study.stats.bootstrap` draws the same). Units that are
     not a full seeds x tasks grid (a seed that missed a task) are weighted the same way; a
-    resample that draws none of a statistic's units is left out by the caller.
+    resample that draws none of a statistic's units is left out by the caller. ``factors``
+    names the factors drawn; one left out counts once per resample (the seeds alone, or the
+    tasks alone).
     """
+    bad = [f for f in factors if f not in FACTORS]
+    if bad or not factors:
+        raise ValueError(f"factors must be among {FACTORS}, got {list(factors)!r}")
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
         raise ValueError(f"n_boot must be a positive int, got {n_boot!r}")
     if len(unit_seeds) != len(unit_tasks) or not len(unit_seeds):
@@ -91,8 +104,11 @@ def crossed_weights(
         rows = np.repeat(np.arange(n_boot), n)
         return np.bincount(rows * n + picks.reshape(-1), minlength=n_boot * n).reshape(n_boot, n)
 
-    seed_counts = np.ones((n_boot, 1), dtype=np.int64) if n_s == 1 else counts(n_s)
-    task_counts = counts(n_t)
+    if n_s == 1 or "seeds" not in factors:
+        seed_counts = np.ones((n_boot, n_s), dtype=np.int64)
+    else:
+        seed_counts = counts(n_s)
+    task_counts = counts(n_t) if "tasks" in factors else np.ones((n_boot, n_t), dtype=np.int64)
     return (seed_counts[:, si] * task_counts[:, ti]).astype(float)
 
 

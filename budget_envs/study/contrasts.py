@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from budget_envs.study.bootstrap import CONFIDENCE, Draws
+from budget_envs.study.bootstrap import CONFIDENCE, FACTORS, Draws
 from budget_envs.study.bootstrap import crossed_weights as crossed_weights
 from budget_envs.study.bootstrap import hierarchical_weights as hierarchical_weights
 from budget_envs.study.folder import select
@@ -27,12 +27,14 @@ from budget_envs.study.holm import ALPHA as ALPHA
 from budget_envs.study.holm import HolmStep, holm
 from budget_envs.study.results import (
     Analysis,
+    BestFixed,
     Binding,
     ContrastResult,
     CurvePoint,
     Level,
     PairDiff,
     PassK,
+    Power,
     StopMix,
 )
 from budget_envs.study.spec import BASE, RANDOM, RL, StudySpec, curve_agent
@@ -61,12 +63,16 @@ REASONS = ("won", "lost", "budget")
 
 @dataclass(frozen=True)
 class Contrast:
-    """A pre-registered contrast: its name, the claim (predicted > 0), how it is computed."""
+    """A pre-registered contrast: its name, the claim (predicted > 0), how it is computed, the
+    question it answers (1-3, or 0 for the imitation control) and the visibility of its
+    records."""
 
     name: str
     text: str
     how: str
     terms: tuple[Term, ...]
+    question: int = 0
+    visibility: str = "hidden"
 
     @property
     def agents(self) -> list[str]:
@@ -77,32 +83,65 @@ def _diff(a: str, b: str, metric: str, budget: str | None = None, sign: float = 
     return (Term(sign, a, metric, budget), Term(-sign, b, metric, budget))
 
 
-#: The four contrasts of every family (budget hidden), each predicted > 0. RL is
-#: ``spec.RL`` (fixed_generous), base is ``spec.BASE``.
+#: The arm of the equal-compute imitation control.
+IMITATION = "imitation"
+#: The arms ``mix`` is measured against at each T of the grid (the better one per resample).
+FIXED = ("fixed_tight", "fixed_generous")
+
+#: The contrasts of every family (study/PREREGISTRATION.md), each predicted > 0. RL is
+#: ``spec.RL`` (fixed_generous), base is ``spec.BASE``. C3c and C3d are the budget-visible
+#: (``remaining``) rows of question 3, co-primary with C3a and C3b; C4 is the imitation control.
 CONTRASTS: tuple[Contrast, ...] = (
     Contrast(
         "C1",
         "RL's advantage over base shrinks when T is squeezed",
         "[RL - base Pass@1 at generous T] - [RL - base Pass@1 at tight T]",
         _diff(RL, BASE, "pass1", "generous") + _diff(RL, BASE, "pass1", "tight", -1.0),
+        1,
     ),
     Contrast(
         "C2",
-        "RL gains more in recovery from a fault than in single-step accuracy",
-        "[RL - base relative recovery] - [RL - base single-step accuracy]",
-        _diff(RL, BASE, "recovery") + _diff(RL, BASE, "single_step", sign=-1.0),
+        "RL gains more in recovery from a fault, net of consistency, than in single-step accuracy",
+        "[RL - base net recovery] - [RL - base single-step accuracy]",
+        _diff(RL, BASE, "net_recovery") + _diff(RL, BASE, "single_step", sign=-1.0),
+        2,
     ),
     Contrast(
         "C3a",
-        "mix beats fixed_generous at the tight T",
-        "mix - fixed_generous Pass@1 at tight T",
-        _diff("mix", "fixed_generous", "pass1", "tight"),
+        "mix beats fixed_tight at the tight T (budget hidden)",
+        "mix - fixed_tight Pass@1 at tight T",
+        _diff("mix", "fixed_tight", "pass1", "tight"),
+        3,
     ),
     Contrast(
         "C3b",
-        "mix beats fixed_generous at the generous T",
+        "mix beats fixed_generous at the generous T (budget hidden)",
         "mix - fixed_generous Pass@1 at generous T",
         _diff("mix", "fixed_generous", "pass1", "generous"),
+        3,
+    ),
+    Contrast(
+        "C3c",
+        "mix beats fixed_tight at the tight T (budget visible)",
+        "mix - fixed_tight Pass@1 at tight T, budget visible",
+        _diff("mix", "fixed_tight", "pass1", "tight"),
+        3,
+        "remaining",
+    ),
+    Contrast(
+        "C3d",
+        "mix beats fixed_generous at the generous T (budget visible)",
+        "mix - fixed_generous Pass@1 at generous T, budget visible",
+        _diff("mix", "fixed_generous", "pass1", "generous"),
+        3,
+        "remaining",
+    ),
+    Contrast(
+        "C4",
+        "RL beats as many env steps of more imitation at the generous T",
+        f"RL - {IMITATION} Pass@1 at generous T",
+        _diff(RL, IMITATION, "pass1", "generous"),
+        0,
     ),
 )
 
@@ -143,7 +182,9 @@ def stop_mix(spec: StudySpec, records: Sequence[Mapping[str, Any]]) -> list[Stop
 
 
 def budget_binding(spec: StudySpec, records: Sequence[Mapping[str, Any]]) -> list[Binding]:
-    """Per family: does the budget bind at the tight T (:data:`BINDS_AT`)?"""
+    """Per family: does the budget bind at the tight T (:data:`BINDS_AT`), and does the base
+    meet its margin over random at the generous T (:data:`BASE_MARGIN`)? A family is claimed
+    only when both hold."""
     out = []
     for fam in spec.families:
         shares: dict[str, float | None] = {}
@@ -153,51 +194,138 @@ def budget_binding(spec: StudySpec, records: Sequence[Mapping[str, Any]]) -> lis
             shares[agent] = stops.count("budget") / len(stops) if stops else None
         known = [s for s in shares.values() if s is not None]
         binds = any(s >= BINDS_AT for s in known) if known else None
-        out.append(Binding(fam.name, fam.tight, shares, binds))
+        fu = family_units(fam, [r for r in records if r["study_family"] == fam.name])
+        d = draws(fu, _diff(BASE, RANDOM, "pass1", "generous"), 1)
+        margin = d.value if isinstance(d, Draws) else None
+        met = None if margin is None else margin >= BASE_MARGIN - 1e-12
+        out.append(Binding(fam.name, fam.tight, shares, binds, margin, met))
     return out
 
 
+Units = Mapping[tuple[str, str], FamilyUnits]
+
+
+def _verdict(d: Draws, step: HolmStep) -> tuple[str, float, float]:
+    low, high = d.interval(step.level)
+    if step.rejected and low > 0:
+        return "supported", low, high
+    if step.rejected and high < 0:
+        return "contradicted", low, high
+    return "inconclusive", low, high
+
+
 def _contrasts(
-    spec: StudySpec, families: Sequence[tuple[FamilyUnits, Binding | None]]
+    spec: StudySpec, units: Units, bindings: Mapping[str, Binding]
 ) -> list[ContrastResult]:
-    """The four contrasts of every family. Holm's correction runs over every claimed contrast
-    of the study together (the families where the budget binds); a family's unclaimed
-    contrasts, shown but not claims, are corrected among themselves."""
-    got = {
-        (fu.family.name, c.name): draws(fu, c.terms, spec.n_boot)
-        for fu, _ in families
-        for c in CONTRASTS
+    """Every contrast of every family. Holm's correction runs over every claimed contrast of
+    the study together (the families that bind and whose base meets its margin); a family's
+    unclaimed contrasts, shown but not claims, are corrected among themselves."""
+    got: dict[tuple[str, str], Draws | str] = {}
+    for fam in spec.families:
+        for c in CONTRASTS:
+            fu = units.get((fam.name, c.visibility))
+            got[(fam.name, c.name)] = (
+                draws(fu, c.terms, spec.n_boot) if fu is not None
+                else f"the spec has no budget-{c.visibility} runs"
+            )  # fmt: skip
+    claimed = {
+        f.name: bool(bindings.get(f.name) and bindings[f.name].claimed) for f in spec.families
     }
-    binds = {fu.family.name: bool(b and b.binds) for fu, b in families}
     ran = {k: d for k, d in got.items() if isinstance(d, Draws)}
     steps: dict[tuple[str, str], HolmStep] = {}
-    groups = [[k for k in ran if binds[k[0]]]]
-    groups += [[k for k in ran if k[0] == fu.family.name and not binds[k[0]]] for fu, _ in families]
+    groups = [[k for k in ran if claimed[k[0]]]]
+    groups += [[k for k in ran if k[0] == f.name and not claimed[k[0]]] for f in spec.families]
     for keys in groups:
         steps.update(zip(keys, holm([ran[k].p for k in keys])))
     out = []
-    for fu, _ in families:
-        fam = fu.family.name
+    for fam in spec.families:
+        mine = claimed[fam.name]
+        tests = sum(1 for k in ran if claimed[k[0]] == mine and (mine or k[0] == fam.name))
         for c in CONTRASTS:
-            d = got[(fam, c.name)]
+            head = (fam.name, c.name, c.text, c.how)
+            tail = dict(claimed=mine, question=c.question, visibility=c.visibility)
+            d = got[(fam.name, c.name)]
             if not isinstance(d, Draws):
-                out.append(ContrastResult(fam, c.name, c.text, c.how, "not run", note=d))
+                out.append(ContrastResult(*head, "not run", note=d, **tail))
                 continue
-            step = steps[(fam, c.name)]
-            tests = sum(1 for k in ran if binds[k[0]] == binds[fam] and (binds[fam] or k[0] == fam))
-            low, high = d.interval(step.level)
-            if step.rejected and low > 0:
-                verdict = "supported"
-            elif step.rejected and high < 0:
-                verdict = "contradicted"
-            else:
-                verdict = "inconclusive"
+            step = steps[(fam.name, c.name)]
+            verdict, low, high = _verdict(d, step)
             out.append(
                 ContrastResult(
-                    fam, c.name, c.text, c.how, verdict, d.value, low, high, step.level, d.p,
-                    step.adjusted, step.rank, tests, d.units, d.seeds, claimed=binds[fam],
+                    *head, verdict, d.value, low, high, step.level, d.p, step.adjusted, step.rank,
+                    tests, d.units, d.seeds, **tail,
                 )
             )  # fmt: skip
+    return out
+
+
+def best_fixed(spec: StudySpec, units: Units) -> list[BestFixed]:
+    """``mix`` minus the better of :data:`FIXED` at every T of each family's grid, per
+    visibility: the better arm is chosen inside each resample (and on the records for the
+    estimate), so the interval carries the choice."""
+    out = []
+    for fam in spec.families:
+        for vis in spec.visibilities:
+            fu = units.get((fam.name, vis))
+            if fu is None:
+                continue
+            arms = ["mix", *FIXED]
+            lacking = [a for a in arms if a not in fu.agents]
+            for t in sorted(fam.eval_budgets):
+                if lacking:
+                    note = f"no records of {', '.join(lacking)}"
+                    out.append(BestFixed(fam.name, vis, t, None, None, None, None, 0, note))
+                    continue
+                each = [draws(fu, [Term(1.0, a, "pass1", t)], spec.n_boot) for a in arms]
+                bad = [d for d in each if not isinstance(d, Draws) or d.boots.size != spec.n_boot]
+                if bad:
+                    note = bad[0] if isinstance(bad[0], str) else "a resample without data"
+                    out.append(BestFixed(fam.name, vis, t, None, None, None, None, 0, note))
+                    continue
+                mix, tight, generous = each  # type: ignore[misc]
+                better = FIXED[int(generous.value > tight.value)]
+                value = mix.value - max(tight.value, generous.value)
+                boots = mix.boots - np.maximum(tight.boots, generous.boots)
+                tail = (1.0 - CONFIDENCE) / 2.0
+                low, high = np.quantile(boots, [tail, 1.0 - tail])
+                out.append(
+                    BestFixed(fam.name, vis, t, value, float(low), float(high), better, mix.units)
+                )
+    return out
+
+
+#: Power of the power note, and the seed count it projects to.
+POWER = 0.80
+SEEDS_TO = 8
+
+
+def power_note(spec: StudySpec, units: Units, results: Sequence[ContrastResult]) -> list[Power]:
+    """For every claimed contrast that ran: the smallest true difference its test detects
+    with :data:`POWER` at the first Holm step (two-sided level ``ALPHA / m``), from the crossed
+    bootstrap's standard error, ``(z(1 - ALPHA / 2m) + z(POWER)) x se``; the standard error
+    split into a seeds-only and a tasks-only resample; and the same at :data:`SEEDS_TO` seeds:
+    the seed part of the variance scaled by seeds / SEEDS_TO, the rest (tasks and their
+    interaction with seeds) kept, at least the task part."""
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf
+    by = {(c.name): c for c in CONTRASTS}
+    out = []
+    for r in results:
+        if not r.claimed or r.verdict == "not run":
+            continue
+        c = by[r.name]
+        fu = units[(r.family, c.visibility)]
+        se = [
+            float(np.std(d.boots)) if isinstance(d, Draws) else float("nan")
+            for d in (draws(fu, c.terms, spec.n_boot, factors=f) for f in (FACTORS, ("seeds",), ("tasks",)))
+        ]  # fmt: skip
+        k = z(1.0 - ALPHA / (2 * r.tests)) + z(POWER)
+        shrink = se[1] ** 2 * (1.0 - r.seeds / SEEDS_TO)  # the seed part at SEEDS_TO seeds
+        projected = k * float(np.sqrt(max(se[0] ** 2 - shrink, se[2] ** 2)))
+        out.append(
+            Power(r.family, r.name, se[0], se[1], se[2], r.tests, k * se[0], r.seeds, SEEDS_TO, projected)
+        )  # fmt: skip
     return out
 
 
@@ -225,7 +353,9 @@ def _secondary_pairs(spec: StudySpec) -> list[tuple[str, str, str]]:
 
 def _levels(spec: StudySpec, fu: FamilyUnits) -> list[Level]:
     out = []
-    wanted = [("pass1", b) for b in BUDGETS] + [("single_step", None), ("recovery", None)]
+    wanted = [("pass1", b) for b in BUDGETS] + [
+        (m, None) for m in ("single_step", "recovery", "consistency", "net_recovery")
+    ]
     for agent in spec.agents:
         for metric, budget in wanted:
             t = budget_of(fu.family, budget) if budget else None
@@ -295,19 +425,26 @@ def learning_curve(spec: StudySpec, records: Sequence[Mapping[str, Any]]) -> lis
 
 
 def analyse(spec: StudySpec, records: Sequence[Mapping[str, Any]]) -> Analysis:
-    """Every statistic of the study's budget-hidden records, per family of the spec (a family,
-    seed or agent without records is reported as missing, never an error)."""
+    """Every statistic of the study's records, per family of the spec (a family, seed or agent
+    without records is reported as missing, never an error)."""
     bindings = budget_binding(spec, records)
-    by_family = {b.family: b for b in bindings}
     result = Analysis([], bindings, [], [], [], stop_mix(spec, records), [], [])
-    units = [family_units(fam, records) for fam in spec.families]
-    result.contrasts = _contrasts(spec, [(fu, by_family.get(fu.family.name)) for fu in units])
-    for fu in units:
+    units = {
+        (fam.name, vis): family_units(fam, records, vis)
+        for fam in spec.families
+        for vis in spec.visibilities
+    }
+    result.units = units
+    result.contrasts = _contrasts(spec, units, {b.family: b for b in bindings})
+    for fam in spec.families:
+        fu = units.get((fam.name, "hidden")) or family_units(fam, records)
         for budget in ("generous", "top"):
             result.headline.append(_pair(fu, "headline", RL, BASE, "pass1", budget, spec.n_boot))
         for a, b, budget in _secondary_pairs(spec):
             result.secondary.append(_pair(fu, "secondary", a, b, "pass1", budget, spec.n_boot))
         result.levels += _levels(spec, fu)
         result.pass_k += _pass_k(spec, fu)
+    result.best_fixed = best_fixed(spec, units)
+    result.power = power_note(spec, units, result.contrasts)
     result.curve = learning_curve(spec, records)
     return result

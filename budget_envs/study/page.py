@@ -15,8 +15,9 @@ from typing import Any
 from budget_envs.study.contrasts import ContrastResult, analyse
 from budget_envs.study.figures import draw_figures
 from budget_envs.study.folder import load_study_records
+from budget_envs.study.grid import crossed_differences, crossed_surfaces
 from budget_envs.study.spec import StudySpec
-from budget_envs.study.stats import agent_surfaces, differences_vs_generous, step_recovery
+from budget_envs.study.stats import step_recovery
 from budget_envs.study.tables import (
     contrast_table,
     curve_table,
@@ -30,6 +31,7 @@ from budget_envs.study.tables import (
     stop_table,
     turns_table,
 )
+from budget_envs.study.verdicts import answer_table, best_fixed_table, power_table
 
 #: Where the generated part of the study page starts and ends.
 BEGIN = "<!-- study-results:begin (written by `budgetmix study`; do not edit) -->"
@@ -63,15 +65,18 @@ def write_study_report(
     records = load_study_records(out) if records is None else list(records)
     tables_dir = out / "tables"
     tables_dir.mkdir(parents=True, exist_ok=True)
-    surfaces = agent_surfaces(records, spec.n_boot)
     analysis = analyse(spec, records)
-    diffs = differences_vs_generous(spec, records)
+    surfaces = crossed_surfaces(spec, analysis.units)
+    diffs = crossed_differences(spec, analysis.units)
     steps = step_recovery(spec, records)
     sections = [
+        answer_table(analysis),
         contrast_table(analysis),
+        power_table(analysis),
         headline_table(analysis),
         stop_table(spec, analysis),
         secondary_table(analysis),
+        best_fixed_table(analysis),
         levels_table(spec, analysis),
         pass1_table(spec, surfaces),
         pass_k_table(spec, analysis),

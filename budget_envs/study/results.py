@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: A contrast's verdict: Holm rejects and the interval lies above 0 / below 0; Holm does not
 #: reject (or the interval holds 0); its agents have no records.
@@ -11,14 +11,22 @@ VERDICTS = ("supported", "contradicted", "inconclusive", "not run")
 
 @dataclass(frozen=True)
 class Binding:
-    """Whether the budget binds in a family: the share of no-fault episodes of the base and of
-    RL that end by budget at the tight T (None: no records). ``binds`` is None when
-    neither has records."""
+    """Whether a family's contrasts are claims: the share of no-fault episodes of the base and
+    of RL that end by budget at the tight T (None: no records; ``binds`` is None when neither
+    has records), and the base's margin over random in Pass@1 at the generous T (``margin``;
+    None: no records of one of them), which must reach ``BASE_MARGIN``."""
 
     family: str
     t: int
     shares: dict[str, float | None]
     binds: bool | None
+    margin: float | None = None
+    margin_met: bool | None = None
+
+    @property
+    def claimed(self) -> bool:
+        """The family's contrasts are claims: the budget binds and the base meets its margin."""
+        return bool(self.binds) and bool(self.margin_met)
 
 
 @dataclass(frozen=True)
@@ -42,8 +50,12 @@ class ContrastResult:
     units: int = 0
     seeds: int = 0
     note: str = ""
-    #: False when the budget does not bind in the family: shown, but not a claim.
+    #: False when the family is out of the claims (the budget does not bind, or the base
+    #: misses its margin over random): shown, but not a claim.
     claimed: bool = False
+    #: The question it answers (1-3; 0: the imitation control) and its records' visibility.
+    question: int = 0
+    visibility: str = "hidden"
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,40 @@ class PairDiff:
     units: int
     seeds: int
     note: str = ""
+
+
+@dataclass(frozen=True)
+class BestFixed:
+    """``mix`` minus the better of the fixed arms at one T of a family's grid (the better one
+    chosen inside each resample), with a 95% crossed interval; secondary."""
+
+    family: str
+    visibility: str
+    t: int
+    estimate: float | None
+    low: float | None
+    high: float | None
+    better: str | None
+    units: int
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Power:
+    """The minimum difference a claimed contrast detects with 80% power at the first Holm
+    step, from its crossed-bootstrap standard error (``se``), split into its seed and task
+    parts; ``projected`` is the same at ``seeds_to`` seeds (task part as it is)."""
+
+    family: str
+    name: str
+    se: float
+    se_seeds: float
+    se_tasks: float
+    tests: int
+    mdd: float
+    seeds: int
+    seeds_to: int
+    projected: float
 
 
 @dataclass(frozen=True)
@@ -139,3 +185,7 @@ class Analysis:
     stops: list[StopMix]
     pass_k: list[PassK]
     curve: list[CurvePoint]
+    best_fixed: list[BestFixed] = field(default_factory=list)
+    power: list[Power] = field(default_factory=list)
+    #: (family, visibility) -> its per-unit numbers (the grid tables draw from them too).
+    units: dict = field(default_factory=dict, repr=False)

@@ -95,32 +95,6 @@ class Difference:
     units: int
 
 
-def differences_vs_generous(spec: StudySpec, records: Sequence[dict[str, Any]]) -> list[Difference]:
-    """Every other arm against ``fixed_generous``, per family and visibility (none when the
-    spec has no such arm; an arm, family or visibility without records is left out)."""
-    if "fixed_generous" not in spec.arms:
-        return []
-    out = []
-    for fam in spec.families:
-        for vis in spec.visibilities:
-            mine = select(records, fam.name, vis)
-            played = {r["agent"] for r in mine}
-            for arm in spec.arms:
-                if arm == "fixed_generous" or {arm, "fixed_generous"} - played:
-                    continue
-                comps = compare_arms(mine, "fixed_generous", arm, spec.n_boot)
-                if not comps:
-                    continue
-                c = comps[0]
-                cells = {}
-                for t in sorted(fam.eval_budgets):
-                    if t in c.ts:
-                        j = c.ts.index(t)
-                        cells[t] = (float(c.diff[0, j]), float(c.low[0, j]), float(c.high[0, j]))
-                out.append(Difference(fam.name, vis, arm, cells, c.tasks))
-    return out
-
-
 @dataclass
 class StepRecovery:
     """An agent's single-step accuracy beside its success after one fault."""

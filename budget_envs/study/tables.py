@@ -143,7 +143,7 @@ def pass1_table(spec: StudySpec, surfaces: Mapping[tuple, Any]) -> Table:
         units = 0 if base is None else len(base.task_ids)
         return (
             f"**{fam.name}, budget {vis}** (tight T={fam.tight}, generous "
-            f"T={fam.generous}; {units} task x seed units, 95% bootstrap intervals):"
+            f"T={fam.generous}; {units} task x seed units, 95% crossed-bootstrap intervals):"
         )
 
     md, rows = over_budgets(spec, "arm", lines, caption)
@@ -201,7 +201,12 @@ def difference_table(spec: StudySpec, diffs: Sequence[Difference]) -> Table:
                 yield Line(d.arm, f"{d.arm} - fixed_generous", cells)
 
     md, rows = over_budgets(spec, "B - A", lines, _family_caption)
-    title = ["### Difference against the fixed-generous arm (Pass@1, B - A)", ""]
+    title = [
+        "### Difference against the fixed-generous arm (Pass@1, B - A)",
+        "",
+        "Paired over the task x seed units both arms played, 95% crossed-bootstrap intervals.",
+        "",
+    ]
     return Table(
         "difference_vs_generous.csv",
         ["family", "visibility", "arm", "T", "diff", "low", "high", "units"],
@@ -264,23 +269,38 @@ def _share(v: float | None) -> str:
 
 
 def binding_sentence(b: Binding) -> str:
-    """Whether the budget binds in a family, in words."""
+    """Whether a family is claimed, in words: the budget binds, the base meets its margin."""
     shares = ", ".join(f"{agent} {_share(v)}" for agent, v in b.shares.items())
     if b.binds is None:
         return (
-            f"Budget binding, {b.family}: unknown (no no-fault episodes of "
+            f"Claims, {b.family}: unknown (no no-fault episodes of "
             f"{' or '.join(b.shares)}): its contrasts are left out of the claims."
         )
-    head = (
-        f"Budget binding, {b.family}: at the tight T={b.t}, the no-fault episodes that end by "
-        f"budget: {shares} (threshold {_pct(BINDS_AT)}): "
+    bind = (
+        f"at the tight T={b.t}, the no-fault episodes that end by budget: {shares} "
+        f"(threshold {_pct(BINDS_AT)}): the budget {'binds' if b.binds else 'never binds'}"
     )
-    if b.binds:
-        return head + "the budget binds."
-    return head + "the budget never binds, so its contrasts are left out of the claims."
+    if b.margin is None:
+        margin = "the base's margin over random is unknown (no records of one of them)"
+    else:
+        margin = (
+            f"the base's margin over random at the generous T is {b.margin:+.3f} (the design "
+            f"wants at least +{BASE_MARGIN:.2f}): {'met' if b.margin_met else 'not met'}"
+        )
+    end = "its contrasts are claims" if b.claimed else "its contrasts are left out of the claims"
+    return f"Claims, {b.family}: {bind}; {margin}; so {end}."
 
 
-def contrast_sentence(r: ContrastResult) -> str:
+def unclaimed_reason(b: Binding | None) -> str:
+    """Why a family's contrasts are not claims."""
+    if b is None or b.binds is None:
+        return "no records to tell whether the budget binds"
+    if not b.binds:
+        return f"the budget does not bind in {b.family}"
+    return f"the base misses its margin over random in {b.family}"
+
+
+def contrast_sentence(r: ContrastResult, binding: Binding | None = None) -> str:
     """One contrast's result in words, built from its row of the contrast table."""
     head = f"{r.name} ({r.text}), {r.family}"
     if r.verdict == "not run" or r.level is None:
@@ -288,7 +308,7 @@ def contrast_sentence(r: ContrastResult) -> str:
     interval = f"{_interval(r.estimate, r.low, r.high)} (Holm-adjusted {_pct(r.level)} interval)"
     if not r.claimed:
         return (
-            f"{head}: not a claim (the budget does not bind in {r.family}); "
+            f"{head}: not a claim ({unclaimed_reason(binding)}); "
             f"measured {interval}, {r.verdict} by the test."
         )
     return f"{head}: {r.verdict}: {interval}."
@@ -326,7 +346,7 @@ def contrast_table(analysis: Analysis) -> Table:
         units = max((r.units for r in mine), default=0)
         seeds = max((r.seeds for r in mine), default=0)
         md += [
-            f"**{family}, budget hidden** (Holm over the {tested} "
+            f"**{family}** (Holm over the {tested} "
             f"{'claimed contrasts of the study' if mine and mine[0].claimed else 'contrast(s) run here'}; "
             f"{units} task x seed units over {seeds} seed(s)):",
             "",
@@ -335,7 +355,7 @@ def contrast_table(analysis: Analysis) -> Table:
         ]
         if family in bindings:
             md += [binding_sentence(bindings[family]), ""]
-        md += [f"* {contrast_sentence(r)}" for r in mine] + [""]
+        md += [f"* {contrast_sentence(r, bindings.get(family))}" for r in mine] + [""]
     return Table(
         "contrasts.csv",
         ["family", "contrast", "verdict", "estimate", "low", "high", "level", "p", "p_holm"]
@@ -344,15 +364,19 @@ def contrast_table(analysis: Analysis) -> Table:
         [
             "### Pre-registered contrasts",
             "",
-            "Fixed before any record was read; RL is the fixed_generous arm, base the imitation "
-            "checkpoint every RL arm starts from; budget hidden, Pass@1 within T from the run "
-            "at the grid's largest T:",
+            "As study/PREREGISTRATION.md states them (its deviations: study/DEVIATIONS.md); RL "
+            "is the fixed_generous arm, base the imitation checkpoint every arm starts from; "
+            "budget hidden unless the row says visible, Pass@1 within T (budget hidden: from "
+            "the run at the grid's largest T; visible: from the run at T):",
             "",
             *definitions,
             "",
-            "Relative recovery: success within the grid's largest T after one fault over "
-            "success without it, over the fault episodes whose fault fired and whose no-fault "
-            "twin (same task, seed and sample) was won. Single-step accuracy: share of "
+            "Relative recovery: success within the grid's largest T after one fault, over the "
+            "fault episodes whose fault fired and whose no-fault twin (same task, seed and "
+            "sample) was won. Consistency: over the same episodes, the share of the unit's "
+            "other no-fault samples won (how often a task the agent has won is won again "
+            "without a fault). Net recovery: relative recovery minus consistency, episode by "
+            "episode, a difference in probability. Single-step accuracy: share of "
             "oracle-prefix probe states where the agent picked an oracle action. "
             "Intervals: crossed paired bootstrap (the training seeds and, independently, the "
             "evaluation tasks drawn with replacement, a task drawn once counting under every "
@@ -363,7 +387,9 @@ def contrast_table(analysis: Analysis) -> Table:
             f"Supported: Holm rejects at study-wise {ALPHA} and the interval lies "
             "above 0; contradicted: below 0; otherwise inconclusive. A family where the budget "
             f"never binds (fewer than {_pct(BINDS_AT)} of the base's and RL's no-fault episodes "
-            "end by budget at the tight T) is reported but not claimed.",
+            "end by budget at the tight T) or whose base is less than "
+            f"{BASE_MARGIN:.2f} above random in Pass@1 at the generous T is reported but not "
+            "claimed.",
             "",
             *md,
         ],
@@ -455,7 +481,13 @@ def secondary_table(analysis: Analysis) -> Table:
     )
 
 
-_METRIC_NAMES = {"pass1": "Pass@1", "single_step": "single step", "recovery": "relative recovery"}
+_METRIC_NAMES = {
+    "pass1": "Pass@1",
+    "single_step": "single step",
+    "recovery": "relative recovery",
+    "consistency": "consistency",
+    "net_recovery": "net recovery",
+}
 
 
 def levels_table(spec: StudySpec, analysis: Analysis) -> Table:
@@ -492,8 +524,9 @@ def levels_table(spec: StudySpec, analysis: Analysis) -> Table:
         [
             "### The contrasts' terms per agent",
             "",
-            "Pass@1 at the family's tight, generous and largest T, single-step accuracy and "
-            "relative recovery, each with a 95% crossed bootstrap interval.",
+            "Pass@1 at the family's tight, generous and largest T, single-step accuracy, "
+            "relative recovery, its consistency baseline and net recovery, each with a 95% "
+            "crossed bootstrap interval.",
             "",
             *md,
         ],

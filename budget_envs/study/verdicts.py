@@ -1,0 +1,175 @@
+"""The study's plain answers, the best-fixed-arm rows and the power note: the report's
+sections that read the contrasts as a whole (:func:`budget_envs.study.contrasts.analyse`).
+
+Every sentence that states a number is written here from the analysis, so the page holds no
+number the records do not give.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from budget_envs.study.contrasts import ALPHA, CONTRASTS, POWER
+from budget_envs.study.results import Analysis, Binding, ContrastResult
+from budget_envs.study.tables import (
+    Table,
+    _interval,
+    _num,
+    _pct,
+    md_table,
+    unclaimed_reason,
+)
+
+#: The study's questions (study/PREREGISTRATION.md), by number; 0 is the imitation control.
+QUESTIONS = {
+    1: "Does RL's advantage over the policy it starts from hold only at a generous T?",
+    2: "Is RL's advantage recovery after errors (net of consistency) rather than better "
+    "single steps?",
+    3: "Does BudgetMix training keep the gain across T better than the best fixed T?",
+    0: "Does RL buy more than as many env steps of more imitation would?",
+}
+
+
+def _answer(rows: list[ContrastResult]) -> str:
+    """One word for a question from its claimed contrasts' verdicts."""
+    verdicts = {r.verdict for r in rows}
+    if "supported" in verdicts and "contradicted" in verdicts:
+        return "mixed"
+    if "supported" in verdicts:
+        return "yes, in part" if verdicts - {"supported"} else "yes"
+    if "contradicted" in verdicts:
+        return "no, in part" if verdicts - {"contradicted"} else "no"
+    return "not answered"
+
+
+def _vis(r: ContrastResult) -> str:
+    return "budget visible" if r.visibility != "hidden" else "budget hidden"
+
+
+def answer_sentence(q: int, analysis: Analysis) -> str:
+    """Question ``q`` answered from the claimed contrasts that ran, with each one's verdict,
+    Holm interval and family, and the families out of the claims and why."""
+    bindings: dict[str, Binding] = {b.family: b for b in analysis.bindings}
+    mine = [r for r in analysis.contrasts if r.question == q]
+    claimed = [r for r in mine if r.claimed and r.verdict != "not run"]
+    out = sorted({r.family for r in mine if not r.claimed})
+    left = "; ".join(f"{f} ({unclaimed_reason(bindings.get(f))})" for f in out)
+    left = f" Not claimed: {left}." if left else ""
+    label = f"Question {q}" if q else "Imitation control"
+    if not claimed:
+        missing = sorted({r.note for r in mine if r.claimed and r.verdict == "not run"})
+        why = f" (not run: {'; '.join(missing)})" if missing else ""
+        return f"**{label}: {QUESTIONS[q]}** Not answered: no claimed contrast ran{why}.{left}"
+    parts = [
+        f"{r.name} in {r.family} ({_vis(r)}) {r.verdict}, "
+        f"{_interval(r.estimate, r.low, r.high)} at {_pct(r.level or 0.0)}"
+        for r in claimed
+    ]
+    families = ", ".join(sorted({r.family for r in claimed}))
+    return (
+        f"**{label}: {QUESTIONS[q]}** {_answer(claimed).capitalize()}: "
+        f"{'; '.join(parts)} (Holm-adjusted intervals; covers {families}).{left}"
+    )
+
+
+def answer_table(analysis: Analysis) -> Table:
+    """The page's opening: one generated sentence per question, then the imitation control."""
+    rows: list[list[Any]] = []
+    lines = []
+    for q in (1, 2, 3, 0):
+        mine = [r for r in analysis.contrasts if r.question == q and r.claimed]
+        ran = [r for r in mine if r.verdict != "not run"]
+        rows.append([q, _answer(ran) if ran else "not answered", len(ran), len(mine)])
+        lines += [f"* {answer_sentence(q, analysis)}"]
+    return Table(
+        "answers.csv",
+        ["question", "answer", "claimed_contrasts_run", "claimed_contrasts"],
+        rows,
+        [
+            "### The questions, answered",
+            "",
+            "From the claimed contrasts below (a family is claimed when its budget binds and "
+            'its base meets its margin over random); "yes" when a claimed contrast is '
+            'supported and none contradicted, "in part" when others are inconclusive.',
+            "",
+            *lines,
+            "",
+        ],
+    )
+
+
+def best_fixed_table(analysis: Analysis) -> Table:
+    """``mix`` minus the better fixed arm at every T (secondary)."""
+    rows: list[list[Any]] = []
+    md: list[str] = []
+    keys = list(dict.fromkeys((b.family, b.visibility) for b in analysis.best_fixed))
+    for family, vis in keys:
+        page = []
+        for b in analysis.best_fixed:
+            if (b.family, b.visibility) != (family, vis):
+                continue
+            rows.append(
+                [b.family, b.visibility, b.t, b.better or ""]
+                + [_num(v) for v in (b.estimate, b.low, b.high)]
+                + [b.units, b.note]
+            )
+            shown = _interval(b.estimate, b.low, b.high) if not b.note else f"not run ({b.note})"
+            page.append([f"T={b.t}", b.better or "-", shown, str(b.units)])
+        header = ["T", "better fixed arm", "mix - better [95% interval]", "units"]
+        md += [f"**{family}, budget {vis}:**", "", *md_table(header, page), ""]
+    return Table(
+        "mix_vs_best_fixed.csv",
+        ["family", "visibility", "T", "better", "diff", "low", "high", "units", "note"],
+        rows,
+        [
+            "### BudgetMix against the better fixed arm at each T (secondary)",
+            "",
+            "mix - max(fixed_tight, fixed_generous) in Pass@1 at each T of the grid; the better "
+            "fixed arm is chosen inside each resample, so the 95% crossed interval carries the "
+            "choice (the column names the one better on the records). No correction.",
+            "",
+            *md,
+        ]
+        if analysis.best_fixed
+        else [],
+    )
+
+
+def power_table(analysis: Analysis) -> Table:
+    """The power note: the minimum detectable difference of every claimed contrast."""
+    rows: list[list[Any]] = []
+    page = []
+    for p in analysis.power:
+        rows.append(
+            [p.family, p.name]
+            + [_num(v) for v in (p.se, p.se_seeds, p.se_tasks)]
+            + [p.tests, _num(p.mdd), p.seeds, p.seeds_to, _num(p.projected)]
+        )
+        page.append(
+            [p.family, p.name, f"{p.se:.3f}", f"{p.se_seeds:.3f}", f"{p.se_tasks:.3f}"]
+            + [f"{p.mdd:.3f} ({p.seeds})", f"{p.projected:.3f} ({p.seeds_to})"]
+        )
+    header = ["family", "contrast", "se", "se, seeds only", "se, tasks only"]
+    header += ["detectable now (seeds)", "detectable at more seeds (seeds)"]
+    names = ", ".join(c.name for c in CONTRASTS)
+    return Table(
+        "power.csv",
+        ["family", "contrast", "se", "se_seeds", "se_tasks", "tests", "mdd", "seeds"]
+        + ["seeds_to", "mdd_projected"],
+        rows,
+        [
+            "### Power note",
+            "",
+            f"The smallest true difference each claimed contrast ({names}) detects with "
+            f"{_pct(POWER)} power at the first Holm step (two-sided {ALPHA}/m, m the claimed "
+            "contrasts): (z(1 - 0.05/2m) + z(0.8)) x se, se the crossed bootstrap's standard "
+            "deviation; the seeds-only and tasks-only resamples split it. The last column "
+            "projects it to more seeds: the seed part of the variance shrinks with the seed "
+            "count, the rest is kept.",
+            "",
+            *md_table(header, page),
+            "",
+        ]
+        if analysis.power
+        else [],
+    )
