@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from budget_envs import study
+from budget_envs.study.contrasts import CONTRASTS
 from budget_envs.study.run import same_study
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,6 +80,35 @@ def test_quick_study_runs_every_stage_and_report_only_reproduces_the_tables(tmp_
         assert meta["settings"]["num_env_runners"] == spec.env_runners
         rows = (root / arm / "metrics.csv").read_text().splitlines()
         assert len(rows) == 1 + fam.iterations
+    # the imitation control: base's checkpoint fitted to as many env steps of new oracle
+    # episodes as an RL arm's PPO (within 1%, the last episode may overshoot), no PPO
+    imitation = json.loads((root / "imitation" / "policy.json").read_text())
+    assert imitation["warm_start"] == warm["warm_start"] and "imitation" in imitation
+    assert not (root / "imitation" / "metrics.csv").exists()
+    # train.json per policy, in the folder and committed beside it without weights
+    records_of = {}
+    for arm in spec.arms:
+        where = out / "policies" / f"{fam.name}__hidden__s0" / arm
+        assert {p.name for p in where.iterdir()} >= {"train.json"}
+        assert not list(where.glob("checkpoint*"))
+        records_of[arm] = json.loads((where / "train.json").read_text())
+        assert records_of[arm] == json.loads((root / arm / "train.json").read_text())
+    start = records_of["base"]["result_sha256"]
+    assert records_of["base"]["start_sha256"] is None and records_of["base"]["kind"] == "imitation"
+    for arm in spec.arms:
+        if arm != "base":
+            assert records_of[arm]["start_sha256"] == start  # every arm from the same checkpoint
+            assert records_of[arm]["result_sha256"] != start  # and trained away from it
+    for arm in spec.rl_arms:
+        # RLlib samples a little past each batch: at least the nominal steps
+        assert records_of[arm]["env_steps"] >= fam.steps() and records_of[arm]["kind"] == "ppo"
+        assert records_of[arm]["gradient_updates"] == fam.iterations * fam.num_epochs
+        assert (out / "policies" / f"{fam.name}__hidden__s0" / arm / "metrics.csv").is_file()
+    rl_steps = sum(records_of[a]["env_steps"] for a in spec.rl_arms) / len(spec.rl_arms)
+    steps = records_of["imitation"]["env_steps"]
+    # as many as the RL arms took, past it by less than one episode (at most T steps)
+    assert rl_steps - 1 <= steps <= rl_steps + fam.generous
+    assert records_of["imitation"]["gradient_updates"] > 0
     # the learning curve's checkpoint: fixed_generous after its first iteration
     (point,) = fam.curve_iterations
     curve = root / "curve" / study.curve_agent(study.RL, fam.steps(point))
@@ -123,7 +153,7 @@ def test_quick_study_runs_every_stage_and_report_only_reproduces_the_tables(tmp_
     assert {"learning_curve.csv", "pass1_vs_t.csv", "study_results.md"} <= set(tables)
     assert "learning_status.csv" not in tables
     contrasts = (out / "tables" / "contrasts.csv").read_text().splitlines()
-    assert [row.split(",")[1] for row in contrasts[1:]] == ["C1", "C2", "C3a", "C3b"]
+    assert [row.split(",")[1] for row in contrasts[1:]] == [c.name for c in CONTRASTS]
     # every arm has a turns-to-success row at the grid's largest T (hidden: one run there)
     tts = (out / "tables" / "turns_to_success.csv").read_text().splitlines()[1:]
     top = max(fam.eval_budgets)
@@ -140,8 +170,8 @@ def test_quick_study_runs_every_stage_and_report_only_reproduces_the_tables(tmp_
     ]
     section = _generated(docs)
     assert "### Pre-registered contrasts" in section and "learned" not in section
-    for name in ("C1", "C2", "C3a", "C3b"):
-        assert f"| {name} |" in section
+    for c in CONTRASTS:
+        assert f"| {c.name} |" in section
     for f in figs:
         assert f"(img/study/{f.name})" in section
 

@@ -37,7 +37,7 @@ from budget_envs.study.results import (
     Power,
     StopMix,
 )
-from budget_envs.study.spec import BASE, RANDOM, RL, StudySpec, curve_agent
+from budget_envs.study.spec import BASE, IMITATION, RANDOM, RL, StudySpec, curve_agent
 from budget_envs.study.units import (
     BUDGETS,
     FamilyUnits,
@@ -83,8 +83,6 @@ def _diff(a: str, b: str, metric: str, budget: str | None = None, sign: float = 
     return (Term(sign, a, metric, budget), Term(-sign, b, metric, budget))
 
 
-#: The arm of the equal-compute imitation control.
-IMITATION = "imitation"
 #: The arms ``mix`` is measured against at each T of the grid (the better one per resample).
 FIXED = ("fixed_tight", "fixed_generous")
 

@@ -21,11 +21,14 @@ ARMS: dict[str, str] = {
     "mix": "RL with T uniform over tight..generous (BudgetMix)",
     "mix_log": "RL with T log-uniform over tight..generous (BudgetMix)",
     "process": "RL at fixed T = generous with the ProcessReward signal",
+    "imitation": "more oracle imitation from base, as many env steps as an RL arm (no RL)",
 }
 #: The arm that is the policy every RL arm starts from (evaluated as it is).
 BASE = "base"
-#: The arm called "RL" in the contrasts (C1, C2).
+#: The arm called "RL" in the contrasts (C1, C2, C4).
 RL = "fixed_generous"
+#: The equal-compute control: more imitation from base, as many env steps as an RL arm.
+IMITATION = "imitation"
 VISIBILITIES = ("hidden", "remaining")
 #: The untrained baseline every arm is evaluated beside (its agent spec is its name).
 RANDOM = "random"
@@ -34,7 +37,7 @@ RANDOM = "random"
 def arm_budget(arm: str, tight: int, generous: int) -> int | str:
     """The training budget spec of ``arm`` (a fixed int or a spec string); ``base`` has the
     generous T of the warm start it is."""
-    if arm in ("fixed_generous", "process", "base"):
+    if arm in ("fixed_generous", "process", "base", "imitation"):
         return generous
     if arm == "fixed_tight":
         return tight
@@ -214,8 +217,8 @@ class StudySpec:
 
     @property
     def rl_arms(self) -> list[str]:
-        """The arms that train with PPO (every arm but ``base``)."""
-        return [a for a in self.arms if a != BASE]
+        """The arms that train with PPO (every arm but ``base`` and ``imitation``)."""
+        return [a for a in self.arms if a not in (BASE, IMITATION)]
 
     def seeds_for(self, visibility: str) -> list[int]:
         """The training seeds run with ``visibility``."""
@@ -307,7 +310,8 @@ def full_spec() -> StudySpec:
 
 
 def quick_spec() -> StudySpec:
-    """The pipeline check: ToolUse level 1, base and three RL arms, budget hidden, one seed,
+    """The pipeline check: ToolUse level 1, base, three RL arms and the imitation control,
+    budget hidden, one seed,
     tiny training and evaluation (every stage and table runs, nothing is measured)."""
     return StudySpec(
         families=[
@@ -330,7 +334,7 @@ def quick_spec() -> StudySpec:
                 probe_states=2,
             )
         ],
-        arms=["base", "fixed_generous", "fixed_tight", "mix"],
+        arms=["base", "fixed_generous", "fixed_tight", "mix", "imitation"],
         visibilities=["hidden"],
         seeds=[0],
         n_boot=200,

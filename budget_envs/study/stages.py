@@ -6,6 +6,7 @@ whose records are compressed. A killed study is resumed by running it again.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,7 +24,17 @@ from budget_envs.study.folder import (
     select,
     warm_root,
 )
-from budget_envs.study.spec import BASE, RANDOM, RL, Family, StudySpec, arm_budget, curve_agent
+from budget_envs.study.provenance import write_train_record
+from budget_envs.study.spec import (
+    BASE,
+    IMITATION,
+    RANDOM,
+    RL,
+    Family,
+    StudySpec,
+    arm_budget,
+    curve_agent,
+)
 from budget_envs.study.stats import compare_arms
 
 #: ``progress(stage, done, total)``: how the long stages report (the CLI draws bars with it).
@@ -82,10 +93,20 @@ def _train_jobs(spec: StudySpec, out: Path) -> list[tuple[Family, str, int]]:
     ]
 
 
+def _imitated(policy_dir: Path) -> bool:
+    """Whether ``policy_dir`` holds the imitation arm's finished fit."""
+    from budget_envs.integrations.rllib.training import POLICY_FILE
+
+    meta = policy_dir / POLICY_FILE
+    return meta.exists() and "imitation" in json.loads(meta.read_text(encoding="utf-8"))
+
+
 def _arm_done(spec: StudySpec, out: Path, fam: Family, vis: str, seed: int, arm: str) -> bool:
     root = policy_root(out, fam, vis, seed)
     if arm == BASE:
         return _trained(root / arm, 0)
+    if arm == IMITATION:
+        return _imitated(root / arm)
     points = spec.curve_points(fam, seed) if arm == RL and vis == "hidden" else []
     return _trained(root / arm, fam.iterations) and all(
         _trained(curve_root(out, fam, vis, seed) / curve_agent(arm, fam.steps(i)), i)
@@ -151,13 +172,15 @@ def _train_stage_rllib(
             warm = warm_root(out, fam, vis, seed)
             if any(t[:3] == (fam, vis, seed) for t in todo) and not _trained(warm, 0):
                 _warm_start(train, spec, fam, warm, common)
-            for arm in spec.arms:
+            # the imitation control last: it spends the env steps the RL arms took
+            for arm in sorted(spec.arms, key=lambda a: a == IMITATION):
                 target = root / arm
                 policies.append(target)
                 if progress is not None:
                     progress("train", done, total)
                 if not _arm_done(spec, out, fam, vis, seed, arm):
                     _train_arm(train, spec, out, (fam, vis, seed), arm, warm, common)
+                write_train_record(out, fam, vis, seed, arm, target, None if arm == BASE else warm)
                 done += 1
         if progress is not None:
             progress("train", done, total)
@@ -186,6 +209,21 @@ def _warm_start(
     )
 
 
+def _rl_env_steps(spec: StudySpec, out: Path, job: tuple[Family, str, int]) -> int:
+    """The env steps the finished RL arms of ``job`` sampled (their mean; RLlib samples a
+    little past each batch), or the family's nominal PPO steps when none has finished."""
+    from budget_envs.integrations.rllib.training import read_metrics
+
+    fam, vis, seed = job
+    root = policy_root(out, fam, vis, seed)
+    steps = []
+    for arm in spec.arms:
+        if arm not in (BASE, IMITATION) and _trained(root / arm, fam.iterations):
+            rows = read_metrics(root / arm)
+            steps.append(int(rows[-1]["timesteps"]))
+    return round(sum(steps) / len(steps)) if steps else fam.steps()
+
+
 def _train_arm(
     train: Callable[..., Any],
     spec: StudySpec,
@@ -203,6 +241,23 @@ def _train_arm(
             shutil.rmtree(target)
         _copy(warm, target)
     if arm == BASE:
+        return
+    if arm == IMITATION:
+        # as many env steps of new oracle episodes as the RL arms' PPO took, fitted from base
+        # with the warm start's recipe (its rate, PPO's epochs over the data), no RL
+        train(
+            fam.env_id,
+            budget=fam.generous,
+            out_dir=target,
+            iterations=0,
+            resume=True,
+            imitation_steps=_rl_env_steps(spec, out, job),
+            imitation_epochs=fam.num_epochs,
+            warm_start_episodes=fam.warm_start_episodes,
+            warm_start_explore=0.0,
+            warm_start_lr=spec.warm_start_lr,
+            **common,
+        )
         return
     points = spec.curve_points(fam, seed) if arm == RL and vis == "hidden" else []
     for stop in [*points, fam.iterations]:

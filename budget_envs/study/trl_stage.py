@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from budget_envs.study.folder import policy_root, records_path, warm_root
-from budget_envs.study.spec import BASE, Family, StudySpec, arm_budget, quick_spec
+from budget_envs.study.spec import BASE, IMITATION, Family, StudySpec, arm_budget, quick_spec
 
 if TYPE_CHECKING:
     from budget_envs.study.stages import Progress
@@ -188,6 +188,11 @@ def train_stage_trl(
         raise ValueError(
             f"the TRL train stage writes no learning-curve checkpoints: give the spec "
             f"curve=None (got curve={spec.curve!r})"
+        )
+    if IMITATION in spec.arms:
+        raise ValueError(
+            f"the TRL train stage has no {IMITATION!r} arm (more SFT from base): "
+            f"give the spec arms without it (got {spec.arms!r})"
         )
     jobs = [
         (fam, vis, seed)

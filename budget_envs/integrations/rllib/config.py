@@ -27,6 +27,8 @@ _AT_LEAST = {
     "num_envs_per_env_runner": 1,
     "warm_start_episodes": 0,
     "warm_start_epochs": 1,
+    "imitation_steps": 0,
+    "imitation_epochs": 1,
 }
 #: The fields ``policy.json`` records under ``settings`` (with the minibatch resolved and the
 #: env runners counted when the run starts).
@@ -49,6 +51,8 @@ _SETTINGS = (
     "warm_start_epochs",
     "warm_start_explore",
     "warm_start_lr",
+    "imitation_steps",
+    "imitation_epochs",
 )
 
 
@@ -92,6 +96,11 @@ class RLlibTrainConfig:
         warm_start_epochs: epochs of that fit.
         warm_start_explore: the share of random turns while collecting its states.
         warm_start_lr: Adam's learning rate of the warm start.
+        imitation_steps: with ``resume``, first fit the resumed policy to that many env steps
+            of new oracle episodes (more imitation, the study's equal-compute control; once:
+            a later resume does not redo it), ``imitation_epochs`` epochs at ``warm_start_lr``
+            with ``warm_start_explore`` random turns (0: none).
+        imitation_epochs: epochs of that fit.
         report_to: also log every ``metrics.csv`` row to ``tensorboard`` and/or ``wandb``.
     """
 
@@ -124,10 +133,13 @@ class RLlibTrainConfig:
     warm_start_epochs: int = 20
     warm_start_explore: float = 0.0
     warm_start_lr: float = 3e-3
+    imitation_steps: int = 0
+    imitation_epochs: int = 4
     report_to: str | list[str] | None = None
 
     def __post_init__(self) -> None:
-        least = {"iterations": 0 if self.warm_start_episodes else 1, **_AT_LEAST}
+        fits = self.warm_start_episodes or self.imitation_steps
+        least = {"iterations": 0 if fits else 1, **_AT_LEAST}
         for name, low in least.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -141,6 +153,8 @@ class RLlibTrainConfig:
         if not isinstance(self.gamma, (int, float)) or not 0.0 < float(self.gamma) <= 1.0:
             raise ValueError(f"gamma must be in (0, 1], got {self.gamma!r}")
         check_minibatch(self.train_batch_size, self.minibatch_size)
+        if self.imitation_steps and not self.resume:
+            raise ValueError("imitation_steps continues a policy: it needs resume=True")
 
     @property
     def minibatch(self) -> int:

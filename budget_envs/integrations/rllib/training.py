@@ -30,6 +30,7 @@ from typing import Any
 from budget_envs.errors import TooManyActions
 from budget_envs.integrations.common import DEFAULT_BUDGET
 from budget_envs.integrations.rllib.config import RLlibTrainConfig
+from budget_envs.integrations.rllib.warmstart import IMITATION_FIRST_EPISODE
 from budget_envs.integrations.rllib.weights import module_path, save_module
 
 __all__ = [
@@ -281,8 +282,26 @@ def train(
         try:
             if cfg.resume:
                 algo.restore_from_path(str(ckpt.resolve()))
-                if "warm_start" in old_meta:
-                    meta["warm_start"] = old_meta["warm_start"]
+                for key in ("warm_start", "imitation"):
+                    if key in old_meta:
+                        meta[key] = old_meta[key]
+                if cfg.imitation_steps and "imitation" not in old_meta:
+                    meta["imitation"] = _warm_start(
+                        algo,
+                        env_config,
+                        out,
+                        features,
+                        episodes=cfg.imitation_steps,  # a cap: every episode has a step
+                        epochs=cfg.imitation_epochs,
+                        explore=cfg.warm_start_explore,
+                        lr=cfg.warm_start_lr,
+                        seed=cfg.seed,
+                        progress=warm_start_progress,
+                        max_steps=cfg.imitation_steps,
+                        first_episode=IMITATION_FIRST_EPISODE,
+                        csv_name="imitation.csv",
+                    )
+                    algo.save_to_path(str(ckpt.resolve()))
             elif cfg.warm_start_episodes:
                 meta["warm_start"] = _warm_start(
                     algo,
@@ -481,8 +500,13 @@ def _warm_start(
     lr: float,
     seed: int,
     progress: Callable[[str, int, int], None] | None,
+    max_steps: int | None = None,
+    first_episode: int = 0,
+    csv_name: str = "warm_start.csv",
 ) -> dict[str, Any]:
-    """Fit the learner's module to oracle labels and push it to the env runners."""
+    """Fit the learner's module to oracle labels and push it to the env runners (``max_steps``,
+    ``first_episode``: :func:`~budget_envs.integrations.rllib.warmstart.collect_demonstrations`;
+    the fit's rows go to ``csv_name``)."""
     from ray.rllib.core import DEFAULT_MODULE_ID
 
     from budget_envs.integrations.rllib import warmstart as ws
@@ -494,6 +518,8 @@ def _warm_start(
         explore=explore,
         seed=seed,
         progress=None if progress is None else (lambda d, t: progress("collect", d, t)),
+        max_steps=max_steps,
+        first_episode=first_episode,
     )
     import gymnasium as gym
 
@@ -515,7 +541,7 @@ def _warm_start(
     algo.env_runner_group.sync_weights(
         from_worker_or_learner_group=algo.learner_group, inference_only=True
     )
-    with (out / "warm_start.csv").open("w", newline="") as f:
+    with (out / csv_name).open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["epoch", "loss", "accuracy"])
         writer.writeheader()
         for row in fit:
@@ -524,6 +550,9 @@ def _warm_start(
             )
     return {
         **demos.summary(),
+        "epochs": epochs,
+        "lr": lr,
+        "gradient_updates": epochs * -(-len(demos) // ws.BATCH_SIZE),
         "final_loss": fit[-1]["loss"],
         "final_accuracy": fit[-1]["accuracy"],
         "wall_s": round(time.perf_counter() - start, 1),

@@ -28,7 +28,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Demonstrations", "collect_demonstrations", "pretrain"]
+__all__ = ["BATCH_SIZE", "Demonstrations", "collect_demonstrations", "pretrain"]
+
+#: States per gradient step of :func:`pretrain`.
+BATCH_SIZE = 64
+#: The first episode of a continued imitation (``collect_demonstrations(first_episode=...)``):
+#: its reset seeds lie between those of one training seed's warm start and the next one's.
+IMITATION_FIRST_EPISODE = 500_000
 
 
 @dataclass
@@ -40,6 +46,8 @@ class Demonstrations:
     episodes: int = 0
     wins: int = 0
     skipped: int = 0
+    #: Env steps played to collect them (labelled and skipped states alike).
+    steps: int = 0
 
     def __len__(self) -> int:
         return len(self.states)
@@ -48,6 +56,7 @@ class Demonstrations:
         """Counts for ``policy.json``."""
         return {
             "episodes": self.episodes,
+            "env_steps": self.steps,
             "states": len(self.states),
             "skipped_states": self.skipped,
             "behaviour_win_rate": self.wins / self.episodes if self.episodes else 0.0,
@@ -61,12 +70,16 @@ def collect_demonstrations(
     explore: float = 0.3,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    max_steps: int | None = None,
+    first_episode: int = 0,
 ) -> Demonstrations:
     """Play ``episodes`` oracle episodes (with ``explore`` random turns) and label every state.
 
     ``env_config`` is the training env's config (:func:`~budget_envs.integrations.rllib.
     env_creator`'s keys), so the states are rendered and the tasks drawn as PPO's are. Episode
-    ``e`` is reset with seed ``seed * 1_000_003 + e``.
+    ``e`` (counting from ``first_episode``) is reset with seed ``seed * 1_000_003 + e``. With
+    ``max_steps``, collection stops after the episode whose env steps reach it (``episodes`` is
+    then a cap), so the env steps spent exceed ``max_steps`` by less than one episode.
     """
     from budget_envs.integrations.rllib.env import env_creator
 
@@ -74,6 +87,9 @@ def collect_demonstrations(
         raise ValueError(f"episodes must be an int >= 1, got {episodes!r}")
     if not isinstance(explore, (int, float)) or not 0.0 <= float(explore) <= 1.0:
         raise ValueError(f"explore must be in [0, 1], got {explore!r}")
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int)
+                                  or max_steps < 1):  # fmt: skip
+        raise ValueError(f"max_steps must be an int >= 1 or None, got {max_steps!r}")
     config = dict(env_config)
     config.pop("seed", None)
     env = env_creator(config)
@@ -81,7 +97,9 @@ def collect_demonstrations(
     rng = np.random.default_rng([int(seed), 7])
     demos = Demonstrations()
     try:
-        for ep in range(episodes):
+        for ep in range(first_episode, first_episode + episodes):
+            if max_steps is not None and demos.steps >= max_steps:
+                break
             obs, info = env.reset(seed=int(seed) * 1_000_003 + ep)
             done = False
             while not done:
@@ -101,11 +119,15 @@ def collect_demonstrations(
                     demos.skipped += 1
                     slot = int(rng.integers(max(n, 1)))
                 obs, _, terminated, truncated, info = env.step(slot)
+                demos.steps += 1
                 done = terminated or truncated
             demos.episodes += 1
             demos.wins += bool(info.get("won"))
             if progress is not None:
-                progress(ep + 1, episodes)
+                if max_steps is None:
+                    progress(demos.episodes, episodes)
+                else:
+                    progress(min(demos.steps, max_steps), max_steps)
     finally:
         env.close()
     return demos
@@ -137,7 +159,7 @@ def pretrain(
     *,
     epochs: int = 20,
     lr: float = 1e-3,
-    batch_size: int = 64,
+    batch_size: int = BATCH_SIZE,
     seed: int = 0,
     progress: Callable[[int, int, dict[str, float]], None] | None = None,
 ) -> list[dict[str, float]]:
