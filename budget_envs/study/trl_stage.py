@@ -156,6 +156,20 @@ def _link_copy(src: Path, dst: Path) -> None:
     tmp.replace(dst)
 
 
+def _refuse(spec: StudySpec) -> None:
+    """What the TRL train stage cannot do: learning-curve copies, the imitation arm."""
+    if spec.curve is not None:
+        raise ValueError(
+            f"the TRL train stage writes no learning-curve checkpoints: give the spec "
+            f"curve=None (got curve={spec.curve!r})"
+        )
+    if IMITATION in spec.arms:
+        raise ValueError(
+            f"the TRL train stage has no {IMITATION!r} arm (more SFT from base): "
+            f"give the spec arms without it (got {spec.arms!r})"
+        )
+
+
 def train_stage_trl(
     spec: StudySpec,
     out: Path,
@@ -184,16 +198,7 @@ def train_stage_trl(
     is refused, since the eval stage would look for them) and resuming an arm half-way (a
     killed GRPO run starts over).
     """
-    if spec.curve is not None:
-        raise ValueError(
-            f"the TRL train stage writes no learning-curve checkpoints: give the spec "
-            f"curve=None (got curve={spec.curve!r})"
-        )
-    if IMITATION in spec.arms:
-        raise ValueError(
-            f"the TRL train stage has no {IMITATION!r} arm (more SFT from base): "
-            f"give the spec arms without it (got {spec.arms!r})"
-        )
+    _refuse(spec)
     jobs = [
         (fam, vis, seed)
         for fam in spec.families
