@@ -87,5 +87,6 @@ clean:
 study-check: setup
 	@ls study/records/*.jsonl.gz >/dev/null
 	$(BIN)/budgetmix study --report-only --quiet
+	$(BIN)/budgetmix study --check
 	$(BIN)/python examples/reference_results.py
 	git diff --exit-code -- study/tables docs/study.md docs/reference-results.md

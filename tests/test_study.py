@@ -184,6 +184,48 @@ def test_quick_study_runs_every_stage_and_report_only_reproduces_the_tables(tmp_
     assert _generated(docs) == section
     assert all(f.is_file() for f in figs)
 
+    # --check: the cell is as designed once a pre-registration and its deviations are there
+    _check_a_study_folder(out, spec, tmp_path)
+
+
+def _check_a_study_folder(out: Path, spec, tmp_path: Path) -> None:
+    """``budgetmix study --check`` on the quick study's folder: as designed; then a changed
+    pre-registration, a policy without train.json and an eval split that is the training split
+    each fail it, and naming the cell in DEVIATIONS.md turns a finding into a listed deviation."""
+    from budget_envs.study.check import check_study, sha256_file
+
+    pre, dev = out / "PREREGISTRATION.md", out / "DEVIATIONS.md"
+    missing = _cli("study", "--check", "--out", str(out), cwd=tmp_path)
+    assert missing.returncode == 1 and "missing PREREGISTRATION.md, DEVIATIONS.md" in missing.stdout
+    pre.write_text("# the quick design\n", encoding="utf-8")
+    dev.write_text(f"Pre-registration sha256 `{sha256_file(pre)}`.\n", encoding="utf-8")
+    ok = _cli("study", "--check", "--out", str(out), cwd=tmp_path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr[-2000:]
+    cell = "tooluse__hidden__s0"
+    assert (
+        f"{cell}: sizes, paired, 3 unseen tasks, shared start and env steps (as designed)"
+        in ok.stdout
+    )
+    assert "study check: ok; 1 cell(s) as designed, 0 listed deviation(s)" in ok.stdout
+
+    pre.write_text("# the quick design, edited after the fact\n", encoding="utf-8")
+    changed = check_study(spec, out, unseen=False)
+    assert not changed.ok and "does not name the sha256" in changed.problems[0]
+    dev.write_text(f"sha256 `{sha256_file(pre)}`\n", encoding="utf-8")
+    gone = out / "policies" / f"{cell}" / "mix" / "train.json"
+    gone.unlink()
+    assert check_study(spec, out, unseen=False).problems == [f"{cell}: no train.json of mix"]
+    same_split = replace(
+        spec, families=[replace(f, eval_kwargs=f.train_kwargs) for f in spec.families]
+    )
+    seen = check_study(same_split, out).problems
+    assert any("evaluation tasks that are training tasks" in p for p in seen), seen
+    dev.write_text(
+        f"sha256 `{sha256_file(pre)}`; `{cell}` has no train.json of mix\n", encoding="utf-8"
+    )
+    listed = check_study(spec, out, unseen=False)
+    assert listed.ok and listed.deviations == [f"{cell}: no train.json of mix"]
+
 
 # ---------------------------------------------------------------------- report stage alone
 def _family(**extra) -> study.Family:

@@ -70,6 +70,13 @@ def add_study_parser(sub: Any) -> None:
         default=None,
         help="train and evaluate only this training seed (repeatable)",
     )
+    st.add_argument(
+        "--check",
+        action="store_true",
+        help="verify the design from DIR (study.json, records, train.json per policy, "
+        "PREREGISTRATION.md and DEVIATIONS.md): sizes, pairing, unseen tasks, shared start, "
+        "env steps; exit 1 on a problem",
+    )
     st.add_argument("--no-figures", action="store_true")
     st.add_argument("--quiet", action="store_true", help="no progress bars")
     st.add_argument("--report-to", default="none", metavar="TOOLS", help=REPORT_TO_HELP)
@@ -89,7 +96,34 @@ def _pick_spec(args: argparse.Namespace) -> StudySpec:
     from budget_envs.study.trl_stage import trl_quick_spec
 
     spec = trl_quick_spec() if args.quick else study.full_spec()
-    return replace(spec, trainer="trl", model=args.model, curve=None)
+    arms = [a for a in spec.arms if a != study.IMITATION]  # the TRL stage has no imitation arm
+    return replace(spec, trainer="trl", model=args.model, curve=None, arms=arms)
+
+
+def _check(saved: Path, out: TextIO) -> int:
+    """``budgetmix study --check``: the design verified from the folder of ``saved``."""
+    from budget_envs import study
+    from budget_envs.study.check import check_study
+
+    if not saved.exists():
+        raise UsageError(f"--check: no study.json in {saved.parent}")
+    spec = study.StudySpec.from_json(json.loads(saved.read_text(encoding="utf-8")))
+    report = check_study(spec, saved.parent)
+    for title, lines in (
+        ("passed", report.passed),
+        ("deviations listed in DEVIATIONS.md", report.deviations),
+        ("pending cells", report.pending),
+        ("problems", report.problems),
+    ):
+        out.write(f"{title} ({len(lines)}):\n")
+        out.writelines(f"  {line}\n" for line in lines)
+    verdict = "ok" if report.ok else f"{len(report.problems)} problem(s)"
+    out.write(
+        f"study check: {verdict}; "
+        f"{sum(line.endswith('(as designed)') for line in report.passed)} cell(s) as designed, "
+        f"{len(report.deviations)} listed deviation(s), {len(report.pending)} pending cell(s)\n"
+    )
+    return 0 if report.ok else 1
 
 
 def cmd_study(args: argparse.Namespace, out: TextIO) -> int:
@@ -97,6 +131,8 @@ def cmd_study(args: argparse.Namespace, out: TextIO) -> int:
     from budget_envs import study
 
     saved = Path(args.out) / "study.json"
+    if args.check:
+        return _check(saved, out)
     if args.report_only and saved.exists():
         spec = study.StudySpec.from_json(json.loads(saved.read_text(encoding="utf-8")))
     else:

@@ -14,14 +14,21 @@ One module per concern; each imports only modules above it in this list:
 * :mod:`~budget_envs.study.stats` - the report's descriptive numbers: Pass@(K,T) surfaces,
   differences against the fixed-generous arm, turns to success, single step against recovery;
 * :mod:`~budget_envs.study.contrasts` - the study's tests: the pre-registered contrasts with
-  Holm's correction, the headline and secondary differences, the stop-reason mix and whether
-  the budget binds, Pass@(K,T), the learning curve, all from one crossed paired bootstrap (seeds and tasks);
+  Holm's correction, the headline and secondary differences, the stop-reason mix, whether a
+  family is claimed (the budget binds, the base meets its margin), mix against the better fixed
+  arm, the power note, Pass@(K,T), the learning curves, all from one crossed paired bootstrap
+  (seeds and tasks; :mod:`~budget_envs.study.bootstrap`, :mod:`~budget_envs.study.units`);
+* :mod:`~budget_envs.study.grid` - Pass@1 and the differences against fixed_generous at every
+  T of the grid, on the same crossed bootstrap;
+* :mod:`~budget_envs.study.provenance` - one ``train.json`` per policy, committed without the
+  weights; :mod:`~budget_envs.study.check` - ``budgetmix study --check``;
 * :mod:`~budget_envs.study.trl_stage` - the train stage with TRL (``trainer="trl"``) and
   :func:`trl_quick_spec`, its CPU pipeline check;
 * :mod:`~budget_envs.study.stages` - the train, eval and compare stages;
 * :mod:`~budget_envs.study.pair` - two arms side by side (``budgetmix demo``);
-* :mod:`~budget_envs.study.tables` and :mod:`~budget_envs.study.figures` - the report's tables
-  (page section and CSV) and figures;
+* :mod:`~budget_envs.study.tables`, :mod:`~budget_envs.study.verdicts` and
+  :mod:`~budget_envs.study.figures` - the report's tables (page section and CSV), its plain
+  answers and figures;
 * :mod:`~budget_envs.study.page` - the report: tables, figures and the generated section of
   ``docs/study.md``;
 * :mod:`~budget_envs.study.run` - the whole study in one call.
@@ -32,6 +39,7 @@ and matplotlib load when a stage or a figure needs them.
 
 from __future__ import annotations
 
+from budget_envs.study.check import CheckReport, check_study
 from budget_envs.study.contrasts import (
     ALPHA,
     BASE_MARGIN,
@@ -60,6 +68,7 @@ from budget_envs.study.run import run_study
 from budget_envs.study.spec import (
     ARMS,
     BASE,
+    IMITATION,
     RANDOM,
     RL,
     VISIBILITIES,
@@ -86,11 +95,13 @@ __all__ = [
     "BINDS_AT",
     "CONTRASTS",
     "END",
+    "IMITATION",
     "RANDOM",
     "RL",
     "VISIBILITIES",
     "Analysis",
     "Binding",
+    "CheckReport",
     "Contrast",
     "ContrastResult",
     "CurvePoint",
@@ -106,6 +117,7 @@ __all__ = [
     "Term",
     "analyse",
     "arm_budget",
+    "check_study",
     "compare_stage",
     "compress_records",
     "curve_agent",

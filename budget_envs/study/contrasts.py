@@ -399,26 +399,26 @@ def _pass_k(spec: StudySpec, fu: FamilyUnits) -> list[PassK]:
 
 
 def learning_curve(spec: StudySpec, records: Sequence[Mapping[str, Any]]) -> list[CurvePoint]:
-    """Pass@1 at the generous T of the curve's checkpoints (base at 0 steps, RL's checkpoints,
-    RL at its final steps) in the curve's (family, seed); empty without a curve."""
-    if spec.curve is None:
-        return []
-    name, seed = spec.curve
-    fam = next((f for f in spec.families if f.name == name), None)
-    if fam is None:
-        return []
-    fu = family_units(fam, [r for r in records if r["study_seed"] == seed])
-    points = [(BASE, 0)] if BASE in spec.arms else []
-    points += [(curve_agent(RL, fam.steps(i)), fam.steps(i)) for i in spec.curve_points(fam, seed)]
-    points += [(RL, fam.steps())]
+    """Pass@1 at the generous T of each curve's checkpoints (base at 0 steps, RL's checkpoints,
+    RL at its final steps), per (family, seed) of the spec's curves; empty without one."""
     out = []
-    for agent, steps in points:
-        d = draws(fu, [Term(1.0, agent, "pass1", "generous")], spec.n_boot)
-        if isinstance(d, Draws):
-            cells = (d.value, *d.interval(CONFIDENCE), d.units)
-        else:
-            cells = (None, None, None, 0)
-        out.append(CurvePoint(fam.name, seed, agent, steps, fam.generous, *cells))
+    for name, seed in spec.curves:
+        fam = next((f for f in spec.families if f.name == name), None)
+        if fam is None:
+            continue
+        fu = family_units(fam, [r for r in records if r["study_seed"] == seed])
+        points = [(BASE, 0)] if BASE in spec.arms else []
+        points += [
+            (curve_agent(RL, fam.steps(i)), fam.steps(i)) for i in spec.curve_points(fam, seed)
+        ]
+        points += [(RL, fam.steps())]
+        for agent, steps in points:
+            d = draws(fu, [Term(1.0, agent, "pass1", "generous")], spec.n_boot)
+            if isinstance(d, Draws):
+                cells = (d.value, *d.interval(CONFIDENCE), d.units)
+            else:
+                cells = (None, None, None, 0)
+            out.append(CurvePoint(fam.name, seed, agent, steps, fam.generous, *cells))
     return out
 
 

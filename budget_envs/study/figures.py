@@ -55,29 +55,36 @@ def draw_figures(
                 fig.savefig(path, dpi=110)
                 out.append(path)
     drawn_curve = [p for p in curve if p.value is not None]
-    if drawn_curve:
-        fig = _curve(Figure, drawn_curve)
+    for family in dict.fromkeys(p.family for p in drawn_curve):
+        fig = _curve(Figure, [p for p in drawn_curve if p.family == family])
         fig.tight_layout()
-        path = img / f"learning_curve_{drawn_curve[0].family}.png"
+        path = img / f"learning_curve_{family}.png"
         fig.savefig(path, dpi=110)
         out.append(path)
     return out
 
 
 def _curve(Figure: Any, points: list[CurvePoint]) -> Any:
+    """One family's learning curves, a line per seed."""
     fig = Figure(figsize=(5, 3.5))
     ax = fig.subplots()
-    xs = [p.steps for p in points]
-    ax.errorbar(
-        xs,
-        [p.value for p in points],
-        yerr=[[p.value - p.low for p in points], [p.high - p.value for p in points]],
-        marker="o",
-        capsize=3,
-    )
+    seeds = list(dict.fromkeys(p.seed for p in points))
+    for seed in seeds:
+        mine = [p for p in points if p.seed == seed]
+        ax.errorbar(
+            [p.steps for p in mine],
+            [p.value for p in mine],
+            yerr=[[p.value - p.low for p in mine], [p.high - p.value for p in mine]],
+            marker="o",
+            capsize=3,
+            label=f"seed {seed}",
+        )
     p = points[0]
     ax.set(xlabel="env steps of PPO", ylabel=f"Pass@1 at T={p.t}", ylim=(-0.02, 1.05))
-    ax.set_title(f"{p.family}, seed {p.seed}: learning curve (budget hidden)", fontsize=9)
+    which = f"seed {p.seed}" if len(seeds) == 1 else f"{len(seeds)} seeds"
+    ax.set_title(f"{p.family}, {which}: learning curve (budget hidden)", fontsize=9)
+    if len(seeds) > 1:
+        ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     return fig
 

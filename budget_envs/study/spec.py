@@ -109,6 +109,9 @@ class Family:
     fault_turns: list[int] = field(default_factory=lambda: [1, 2, 3])
     probe_states: int = 4
     visible_samples: int = 4
+    #: Visibility -> the training seeds this family runs, among the spec's (None, or a
+    #: visibility left out: all of the spec's): a family kept at fewer seeds than the others.
+    seeds: dict[str, list[int]] | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.tight < self.generous:
@@ -197,9 +200,13 @@ class StudySpec:
                 f"got {self.trainer!r}"
             )
         if self.curve is not None:
-            fam, seed = self.curve
-            if fam not in [f.name for f in self.families] or seed not in self.seeds:
-                raise ValueError(f"curve must be [family, seed] of the study, got {self.curve!r}")
+            for fam, seed in self.curves:
+                fams = {f.name: f for f in self.families}
+                if fam not in fams or seed not in self.seeds_for("hidden", fams[fam]):
+                    raise ValueError(
+                        f"curve must be [family, seed] of the study, or a list of them, got "
+                        f"{self.curve!r}"
+                    )
             if RL not in self.arms:
                 raise ValueError(f"a learning curve needs the {RL} arm")
         taken = {*ARMS, RANDOM}
@@ -220,15 +227,29 @@ class StudySpec:
         """The arms that train with PPO (every arm but ``base`` and ``imitation``)."""
         return [a for a in self.arms if a not in (BASE, IMITATION)]
 
-    def seeds_for(self, visibility: str) -> list[int]:
-        """The training seeds run with ``visibility``."""
+    def seeds_for(self, visibility: str, fam: Family | None = None) -> list[int]:
+        """The training seeds run with ``visibility`` (in ``fam`` when given: its own
+        ``seeds`` of that visibility, when it has them, among the spec's)."""
         if visibility == "hidden" or self.visible_seeds is None:
-            return list(self.seeds)
-        return [s for s in self.seeds if s in self.visible_seeds]
+            seeds = list(self.seeds)
+        else:
+            seeds = [s for s in self.seeds if s in self.visible_seeds]
+        if fam is not None and fam.seeds is not None and visibility in fam.seeds:
+            seeds = [s for s in seeds if s in fam.seeds[visibility]]
+        return seeds
+
+    @property
+    def curves(self) -> list[tuple[str, int]]:
+        """The (family, seed) pairs of the learning curves: ``curve`` is one pair or a list."""
+        if self.curve is None:
+            return []
+        if len(self.curve) == 2 and isinstance(self.curve[0], str):
+            return [(str(self.curve[0]), int(self.curve[1]))]
+        return [(str(f), int(s)) for f, s in self.curve]
 
     def curve_points(self, fam: Family, seed: int) -> list[int]:
-        """The curve's checkpoint iterations for (``fam``, ``seed``) (empty off the curve)."""
-        if self.curve is None or [fam.name, seed] != list(self.curve):
+        """The curve's checkpoint iterations for (``fam``, ``seed``) (empty off the curves)."""
+        if (fam.name, seed) not in self.curves:
             return []
         return sorted(fam.curve_iterations)
 
@@ -257,10 +278,13 @@ def _tooluse(**sizes: Any) -> Family:
 
 
 def full_spec() -> StudySpec:
-    """The full study: ALFWorld small scenes and WebShop level 2 (where episodes end by budget
-    and errors are recoverable) and ToolUse level 1 (where they are not: reported, and left out
-    of the claims when its budget never binds); five arms, five seeds with the budget hidden and
-    two with it visible; the learning curve on WebShop, seed 0."""
+    """The full study as study/PREREGISTRATION.md states it: ALFWorld small scenes and WebShop
+    level 2 (where episodes end by budget and errors are recoverable; the claimed families) and
+    ToolUse level 1 (where they are not: kept at its first five hidden and two visible seeds,
+    in the tables, left out of the claims when its budget never binds); six arms (the imitation
+    control included), eight seeds with the budget hidden and five with it visible, eight fault
+    samples per task; learning curves on WebShop seed 0 and on seeds 5-7 of both claimed
+    families."""
     return StudySpec(
         families=[
             Family(
@@ -281,6 +305,7 @@ def full_spec() -> StudySpec:
                 warm_start_episodes=100,
                 warm_start_epochs=8,
                 lr=1e-4,
+                fault_samples=8,
             ),
             Family(
                 name="webshop",
@@ -294,6 +319,7 @@ def full_spec() -> StudySpec:
                 max_actions=256,
                 warm_start_episodes=200,
                 warm_start_epochs=9,
+                fault_samples=8,
             ),
             _tooluse(
                 optimal=4,
@@ -302,10 +328,13 @@ def full_spec() -> StudySpec:
                 eval_budgets=[4, 5, 6, 8, 12, 16],
                 warm_start_episodes=60,
                 warm_start_epochs=10,
+                seeds={"hidden": [0, 1, 2, 3, 4], "remaining": [0, 1]},
             ),
         ],
-        visible_seeds=[0, 1],
-        curve=["webshop", 0],
+        arms=["base", "fixed_generous", "fixed_tight", "mix", "process", "imitation"],
+        seeds=[0, 1, 2, 3, 4, 5, 6, 7],
+        visible_seeds=[0, 1, 2, 3, 4],
+        curve=[["webshop", 0]] + [[f, s] for f in ("alfworld", "webshop") for s in (5, 6, 7)],
     )
 
 

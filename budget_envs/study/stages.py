@@ -88,7 +88,7 @@ def _train_jobs(spec: StudySpec, out: Path) -> list[tuple[Family, str, int]]:
         (fam, vis, seed)
         for fam in spec.families
         for vis in spec.visibilities
-        for seed in spec.seeds_for(vis)
+        for seed in spec.seeds_for(vis, fam)
         if not records_path(out, fam, vis, seed).exists()
     ]
 
@@ -377,7 +377,7 @@ def eval_stage(
     written = []
     for fam in spec.families:
         for vis in spec.visibilities:
-            for seed in spec.seeds_for(vis):
+            for seed in spec.seeds_for(vis, fam):
                 target = records_path(out, fam, vis, seed)
                 written.append(target)
                 if target.exists():
@@ -428,7 +428,8 @@ def compare_stage(
 ) -> list[Any]:
     """``compare`` each arm against ``base`` (and each other RL arm against ``fixed_generous``)
     per family and visibility, into ``compare/``: difference surfaces with paired bootstrap
-    intervals over (task, seed) units (and their heatmaps unless ``figures`` is False)."""
+    intervals over (task, seed) units (and their heatmaps unless ``figures`` is False); a pair
+    without records of one side (a cell not run yet) is left out."""
     records = load_study_records(out) if records is None else records
     results = []
     for fam in spec.families:
@@ -436,9 +437,12 @@ def compare_stage(
             mine = select(records, fam.name, vis)
             if not mine:
                 continue
+            played = {r["agent"] for r in mine}
             for arm in spec.arms:
                 for base in (BASE, RL):
                     if arm == base or base not in spec.arms or (base, arm) == (RL, BASE):
+                        continue
+                    if not {arm, base} <= played:  # an arm without records yet
                         continue
                     folder = compare_dir(out, fam, vis, arm, base)
                     results += compare_arms(mine, base, arm, spec.n_boot, folder, figures=figures)

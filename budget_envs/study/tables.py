@@ -620,13 +620,16 @@ def curve_table(analysis: Analysis) -> Table:
         shown = "not run" if c.value is None else ci(c.value, c.low, c.high)
         page.append([c.agent, str(c.steps), shown, str(c.units)])
     md: list[str] = []
-    if analysis.curve:
-        c = analysis.curve[0]
-        md = [
+    for family, seed in dict.fromkeys((c.family, c.seed) for c in analysis.curve):
+        mine = [
+            (c, row) for c, row in zip(analysis.curve, page) if (c.family, c.seed) == (family, seed)
+        ]
+        c = mine[0][0]
+        md += [
             f"**{c.family}, seed {c.seed}, budget hidden** (Pass@1 at the generous T={c.t}, "
             "95% bootstrap intervals over tasks):",
             "",
-            *md_table(["checkpoint", "env steps", "Pass@1", "tasks"], page),
+            *md_table(["checkpoint", "env steps", "Pass@1", "tasks"], [row for _, row in mine]),
             "",
         ]
     return Table(

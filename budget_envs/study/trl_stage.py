@@ -203,7 +203,7 @@ def train_stage_trl(
         (fam, vis, seed)
         for fam in spec.families
         for vis in spec.visibilities
-        for seed in spec.seeds_for(vis)
+        for seed in spec.seeds_for(vis, fam)
         if not records_path(out, fam, vis, seed).exists()
     ]
     total = len(jobs) * len(spec.arms)
