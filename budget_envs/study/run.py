@@ -42,7 +42,7 @@ def run_study(
     several processes (or machines sharing the folder) can run parts of a study side by side;
     the report covers every record that is there.
     """
-    stage_spec = spec
+    stage_spec = replace(spec, curve=None)  # the curves are put back below, those kept
     for name, wanted, known in (
         ("families", families, [f.name for f in spec.families]),
         ("visibilities", visibilities, list(spec.visibilities)),
@@ -57,7 +57,18 @@ def run_study(
             stage_spec, visibilities=[v for v in spec.visibilities if v in visibilities]
         )
     if seeds is not None:
-        stage_spec = replace(stage_spec, seeds=[s for s in spec.seeds if s in seeds])
+        visible = spec.visible_seeds
+        stage_spec = replace(
+            stage_spec,
+            seeds=[s for s in spec.seeds if s in seeds],
+            visible_seeds=None if visible is None else [s for s in visible if s in seeds],
+        )
+    kept = [
+        [f, s]
+        for f, s in spec.curves
+        if f in [x.name for x in stage_spec.families] and s in stage_spec.seeds
+    ]
+    stage_spec = replace(stage_spec, curve=kept or None)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "study.json"
