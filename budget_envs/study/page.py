@@ -31,7 +31,12 @@ from budget_envs.study.tables import (
     stop_table,
     turns_table,
 )
-from budget_envs.study.verdicts import answer_table, best_fixed_table, power_table
+from budget_envs.study.verdicts import (
+    answer_table,
+    best_fixed_table,
+    design_record_table,
+    power_table,
+)
 
 #: Where the generated part of the study page starts and ends.
 BEGIN = "<!-- study-results:begin (written by `budgetmix study`; do not edit) -->"
@@ -96,6 +101,9 @@ def write_study_report(
         md += ["### Figures", ""]
         for f in figs:
             md += [f"![{f.stem}]({os.path.relpath(f, Path(docs).parent)})", ""]
+    record = design_record_table(out)
+    tables.append(record.write(tables_dir))
+    md += record.markdown
     text = "\n".join(md).rstrip() + "\n"
     (tables_dir / "study_results.md").write_text(text, encoding="utf-8")
     tables.append(tables_dir / "study_results.md")

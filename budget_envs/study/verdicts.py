@@ -7,6 +7,7 @@ number the records do not give.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from budget_envs.study.contrasts import ALPHA, CONTRASTS, POWER
@@ -173,3 +174,38 @@ def power_table(analysis: Analysis) -> Table:
         if analysis.power
         else [],
     )
+
+
+def _demoted(text: str, levels: int = 3) -> list[str]:
+    """A Markdown file's lines with every heading ``levels`` deeper (under the page's ###)."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            line = "#" * levels + line
+        out.append(line)
+    return out
+
+
+def design_record_table(out: Path) -> Table:
+    """The pre-registration and its deviations as the study folder holds them, with the
+    pre-registration's sha256 (nothing when the folder has neither)."""
+    from budget_envs.study.check import DEVIATIONS, PREREGISTRATION, sha256_file
+
+    pre, dev = out / PREREGISTRATION, out / DEVIATIONS
+    md: list[str] = []
+    rows = [[p.name, sha256_file(p)] for p in (pre, dev) if p.exists()]
+    if pre.exists():
+        md += [
+            f"### The pre-registration (study/{PREREGISTRATION}, sha256 `{sha256_file(pre)}`)",
+            "",
+            *_demoted(pre.read_text(encoding="utf-8")),
+            "",
+        ]
+    if dev.exists():
+        md += [
+            f"### Deviations (study/{DEVIATIONS})",
+            "",
+            *_demoted(dev.read_text(encoding="utf-8")),
+            "",
+        ]
+    return Table("design_record.csv", ["file", "sha256"], rows, md)
