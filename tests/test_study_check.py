@@ -42,3 +42,27 @@ def test_every_committed_cell_is_paired_on_unseen_tasks_or_listed():
     pending = {line.split(":")[0] for line in report.pending}
     assert pending.isdisjoint(committed)
     assert not report.problems
+
+
+def test_the_bootstrap_comparison_script_covers_every_contrast_old_and_new():
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "study_bootstrap_compare.py"),
+            "--out",
+            str(STUDY),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| alfworld |")]
+    names = [row.split("|")[2].strip() for row in rows]
+    from budget_envs.study import CONTRASTS
+
+    ran = [c.name for c in CONTRASTS if c.name != "C4"]  # no imitation records in the reused cells
+    assert names == [*ran, "C2 (old)", "C3a (old)"]
+    for row in rows:
+        assert row.count("Holm p") == 2 and row.count("[") == 2
