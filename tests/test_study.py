@@ -128,7 +128,14 @@ def test_quick_study_runs_every_stage_and_report_only_reproduces_the_tables(tmp_
         assert len(clean) == fam.eval_tasks * fam.eval_samples
         expected = fam.eval_tasks * fam.fault_samples * len(fam.fault_turns)
         assert len(faulted) == (expected if agent in arms else 0)
-        assert len(probes) == fam.eval_tasks * fam.probe_states
+        # oracle-prefix probes and as many off the oracle's path (after a slip)
+        assert (
+            len([p for p in probes if p.get("fault") is None]) == fam.eval_tasks * fam.probe_states
+        )
+        assert (
+            len([p for p in probes if p.get("fault") == "slip"])
+            == fam.eval_tasks * fam.probe_states
+        )
         assert {r["budget"] for r in clean} == {max(fam.eval_budgets)}
     assert not any(r.get("error") for r in records)
     # a fault episode and its no-fault twin share the episode seed (paired)
@@ -363,10 +370,18 @@ def test_report_stage_on_known_records(tmp_path):
 def test_spec_checks_and_round_trips(tmp_path):
     spec = study.full_spec()
     assert len(spec.families) >= 2
-    assert spec.arms == ["base", "fixed_generous", "fixed_tight", "mix", "process"]
-    assert spec.rl_arms == spec.arms[1:] and study.BASE == "base" and study.RL == "fixed_generous"
-    assert spec.visibilities == ["hidden", "remaining"] and len(spec.seeds) >= 5
-    assert spec.seeds_for("remaining") == spec.visible_seeds and len(spec.visible_seeds) >= 2
+    assert spec.arms == ["base", "fixed_generous", "fixed_tight", "mix", "process", "imitation"]
+    assert spec.rl_arms == spec.arms[1:-1] and study.BASE == "base" and study.RL == "fixed_generous"
+    assert spec.visibilities == ["hidden", "remaining"] and len(spec.seeds) >= 8
+    assert spec.seeds_for("remaining") == spec.visible_seeds and len(spec.visible_seeds) >= 5
+    # the pre-registered sizes: 8 fault samples in the claimed families; ToolUse kept at the
+    # first design's seeds; curves on 3 new seeds of both claimed families
+    fams = {f.name: f for f in spec.families}
+    assert fams["alfworld"].fault_samples == fams["webshop"].fault_samples == 8
+    assert spec.seeds_for("hidden", fams["tooluse"]) == [0, 1, 2, 3, 4]
+    assert spec.seeds_for("remaining", fams["tooluse"]) == [0, 1]
+    for name in ("alfworld", "webshop"):
+        assert len([s for f, s in spec.curves if f == name]) >= 3
     for fam in spec.families:
         # the design's sizes: 50 unseen tasks x 8 samples, >= 50k PPO steps per RL arm, at
         # least 10x the warm start's gradient updates (its states are about optimal x episodes)

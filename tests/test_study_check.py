@@ -63,9 +63,14 @@ def test_the_bootstrap_comparison_script_covers_every_contrast_old_and_new():
     from budget_envs.study import CONTRASTS
 
     records = load_study_records(STUDY)
-    imitated = any(r["agent"] == "imitation" and r["study_family"] == "alfworld" for r in records)
-    # C4 runs once a cell with the imitation arm has records (the reused cells have none)
-    ran = [c.name for c in CONTRASTS if c.name != "C4" or imitated]
+    mine = [r for r in records if r["study_family"] == "alfworld"]
+    # C4 and C2o run once a cell with the imitation arm / off-path probes has records (the
+    # reused cells have neither)
+    has = {
+        "C4": any(r["agent"] == "imitation" for r in mine),
+        "C2o": any(r.get("record") == "probe" and r.get("fault") for r in mine),
+    }
+    ran = [c.name for c in CONTRASTS if has.get(c.name, True)]
     assert names == [*ran, "C2 (old)", "C3a (old)"]
     for row in rows:
         assert row.count("Holm p") == 2 and row.count("[") == 2

@@ -109,6 +109,14 @@ def _add_probe_options(e: argparse.ArgumentParser) -> None:
         help="single-step probes from the first N oracle-prefix states",
     )
     e.add_argument(
+        "--offpath-probe-states",
+        type=int,
+        default=0,
+        metavar="N",
+        help="single-step probes off the oracle's path: after each of the first N oracle "
+        "prefixes, the oracle's next action replaced by a slip",
+    )
+    e.add_argument(
         "--prefix-turns",
         type=ints,
         default=None,
@@ -294,6 +302,7 @@ def _plan_of(args: argparse.Namespace, agents: dict[str, str], prefix_from: str 
             fault_turns=args.fault_turns or [],
             fault_kinds=tuple(args.fault_kinds.split(",")),
             probe_states=args.probe_states,
+            offpath_probe_states=args.offpath_probe_states,
             track_oracle=not args.no_oracle,
             seed=args.seed,
             env_kwargs=args.env_kwargs or {},

@@ -261,8 +261,9 @@ def single_step_accuracy(records: Sequence[Any]) -> dict[str, float | int | None
     """Share of turns whose action was an oracle action.
 
     Episode records contribute their per-turn ``oracle_agreement`` (on-policy); probe records
-    (``record == "probe"``) contribute ``correct`` (from oracle-prefix states). Returns
-    ``{"on_policy", "on_policy_turns", "prefix", "prefix_states", "prefix_progress"}``.
+    (``record == "probe"``) contribute ``correct``: from oracle-prefix states, or (a probe with
+    a ``fault``) from states off the oracle's path. Returns ``{"on_policy", "on_policy_turns",
+    "prefix", "prefix_states", "prefix_progress", "offpath", "offpath_states"}``.
     """
     on = [
         a
@@ -272,11 +273,13 @@ def single_step_accuracy(records: Sequence[Any]) -> dict[str, float | int | None
         if a is not None
     ]
     # Probes past the end of a short task have no state to act in (correct is None).
-    probes = [
+    answered = [
         r
         for r in records
         if _get(r, "record") == "probe" and not _get(r, "error") and _get(r, "correct") is not None
     ]
+    probes = [r for r in answered if _get(r, "fault") is None]
+    offpath = [bool(_get(r, "correct")) for r in answered if _get(r, "fault") is not None]
     progress = [bool(_get(r, "progress")) for r in probes if _get(r, "progress") is not None]
     return {
         "on_policy": float(np.mean(on)) if on else None,
@@ -284,6 +287,8 @@ def single_step_accuracy(records: Sequence[Any]) -> dict[str, float | int | None
         "prefix": float(np.mean([bool(_get(r, "correct")) for r in probes])) if probes else None,
         "prefix_states": len(probes),
         "prefix_progress": float(np.mean(progress)) if progress else None,
+        "offpath": float(np.mean(offpath)) if offpath else None,
+        "offpath_states": len(offpath),
     }
 
 

@@ -105,6 +105,13 @@ CONTRASTS: tuple[Contrast, ...] = (
         2,
     ),
     Contrast(
+        "C2o",
+        "RL gains more in recovery, net of consistency, than in single steps off the oracle's path",
+        "[RL - base net recovery] - [RL - base single-step accuracy off path]",
+        _diff(RL, BASE, "net_recovery") + _diff(RL, BASE, "offpath", sign=-1.0),
+        2,
+    ),
+    Contrast(
         "C3a",
         "mix beats fixed_tight at the tight T (budget hidden)",
         "mix - fixed_tight Pass@1 at tight T",
@@ -352,7 +359,7 @@ def _secondary_pairs(spec: StudySpec) -> list[tuple[str, str, str]]:
 def _levels(spec: StudySpec, fu: FamilyUnits) -> list[Level]:
     out = []
     wanted = [("pass1", b) for b in BUDGETS] + [
-        (m, None) for m in ("single_step", "recovery", "consistency", "net_recovery")
+        (m, None) for m in ("single_step", "offpath", "recovery", "consistency", "net_recovery")
     ]
     for agent in spec.agents:
         for metric, budget in wanted:

@@ -315,7 +315,7 @@ def eval_plans(spec: StudySpec, out: Path, fam: Family, vis: str, seed: int) -> 
 
     Budget hidden: ``episodes`` (every arm, the curve's checkpoints, random and the references;
     ``eval_samples`` samples at the grid's largest T, which gives every smaller T, with
-    single-step probes) and ``faults`` (the arms, ``fault_samples`` samples with one fault at
+    single-step probes on and off the oracle's path) and ``faults`` (the arms, ``fault_samples`` samples with one fault at
     each fault turn; its no-fault twins are the same episodes as ``episodes``' first samples).
     Budget visible: ``episodes`` at every T of the grid, ``visible_samples`` samples.
     """
@@ -351,6 +351,7 @@ def eval_plans(spec: StudySpec, out: Path, fam: Family, vis: str, seed: int) -> 
             # a policy agent that cannot replay an oracle prefix (TRL's) gets no probes: C2
             # does not run
             probe_states=fam.probe_states if trainer_entry(spec.trainer).probes else 0,
+            offpath_probe_states=fam.probe_states if trainer_entry(spec.trainer).probes else 0,
             **common,
         )
     }

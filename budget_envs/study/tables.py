@@ -484,6 +484,7 @@ def secondary_table(analysis: Analysis) -> Table:
 _METRIC_NAMES = {
     "pass1": "Pass@1",
     "single_step": "single step",
+    "offpath": "single step off path",
     "recovery": "relative recovery",
     "consistency": "consistency",
     "net_recovery": "net recovery",

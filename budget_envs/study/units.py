@@ -17,10 +17,12 @@ import numpy as np
 from budget_envs.study.bootstrap import BOOT_SEED, FACTORS, Draws, crossed_weights
 from budget_envs.study.spec import Family
 
-#: The per-unit metrics a :class:`Term` can take. ``consistency`` is the baseline of
+#: The per-unit metrics a :class:`Term` can take. ``single_step`` is single-step accuracy on
+#: oracle-prefix states, ``offpath`` on states off the oracle's path (after a slip).
+#: ``consistency`` is the baseline of
 #: ``recovery`` (another no-fault sample of the same won unit wins); ``net_recovery`` is
 #: ``recovery - consistency`` over the same fault episodes (a difference in probability).
-METRICS = ("pass1", "single_step", "recovery", "consistency", "net_recovery")
+METRICS = ("pass1", "single_step", "offpath", "recovery", "consistency", "net_recovery")
 #: The T a Pass@1 term can name, resolved per family.
 BUDGETS = ("tight", "generous", "top")
 
@@ -58,8 +60,10 @@ class AgentUnits:
     first: dict[Unit, list[int]] = field(default_factory=dict)
     #: Budget visible only (an episode per T): T -> unit -> first-success turns.
     by_budget: dict[int, dict[Unit, list[int]]] = field(default_factory=dict)
-    #: Probes: (correct, answered).
+    #: Oracle-prefix probes: (correct, answered).
     probes: dict[Unit, tuple[int, int]] = field(default_factory=dict)
+    #: Off-path probes (the state after a slip): (correct, answered).
+    offpath: dict[Unit, tuple[int, int]] = field(default_factory=dict)
     #: Fault episodes whose fault fired and whose no-fault twin was won: (won too, count).
     recovery: dict[Unit, tuple[int, int]] = field(default_factory=dict)
     #: The same fault episodes (those with another no-fault sample of the unit): (sum over
@@ -109,6 +113,7 @@ class FamilyUnits:
             return np.asarray(num, dtype=float), np.ones(len(units))
         table = {
             "single_step": a.probes,
+            "offpath": a.offpath,
             "recovery": a.recovery,
             "consistency": a.consistency,
             "net_recovery": a.net,
@@ -194,8 +199,10 @@ def family_units(
         if r.get("record") != "probe" or r.get("error") or r.get("correct") is None:
             continue
         if r["agent"] in agents:
-            right, n = agents[r["agent"]].probes.get(r["_unit"], (0, 0))
-            agents[r["agent"]].probes[r["_unit"]] = (right + bool(r["correct"]), n + 1)
+            a = agents[r["agent"]]
+            table = a.probes if r.get("fault") is None else a.offpath
+            right, n = table.get(r["_unit"], (0, 0))
+            table[r["_unit"]] = (right + bool(r["correct"]), n + 1)
     return FamilyUnits(fam, agents, visibility)
 
 
@@ -224,8 +231,10 @@ def draws(
         if den.sum() == 0:
             if term.metric == "pass1":
                 return f"no episode of {term.agent} at T={budget_of(fu.family, term.budget)}"
-            what = "no probe records" if term.metric == "single_step" else "no fired fault"
-            why = "" if term.metric == "single_step" else " after a won no-fault twin"
+            probe = term.metric in ("single_step", "offpath")
+            kind = "off-path " if term.metric == "offpath" else ""
+            what = f"no {kind}probe records" if probe else "no fired fault"
+            why = "" if probe else " after a won no-fault twin"
             return f"{what}{why} of {term.agent}"
         value += term.weight * num.sum() / den.sum()
         with np.errstate(invalid="ignore", divide="ignore"):

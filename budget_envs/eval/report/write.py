@@ -219,7 +219,7 @@ def _single_step_section(
     acc_rows = []
     for (env_id, agent, vis), recs in sorted(groups(records, kind=None).items()):
         acc = single_step_accuracy(recs)
-        if acc["on_policy"] is None and acc["prefix"] is None:
+        if acc["on_policy"] is None and acc["prefix"] is None and acc["offpath"] is None:
             continue
         acc_rows.append({"env_id": env_id, "agent": label(agent, vis), "visibility": vis, **acc})
     if not acc_rows:
@@ -228,16 +228,19 @@ def _single_step_section(
         "## Single-step accuracy",
         "",
         "Share of turns whose action is an oracle action: on the agent's own trajectories "
-        "(on-policy) and from oracle-prefix states (the oracle plays t turns, the agent "
-        "picks one action); progress = the action lowered the oracle cost-to-go.",
+        "(on-policy), from oracle-prefix states (the oracle plays t turns, the agent "
+        "picks one action; progress = the action lowered the oracle cost-to-go) and off the "
+        "oracle's path (the same after one more oracle action that a slip replaced).",
         "",
-        "| env | agent | on-policy | turns | oracle-prefix | states | prefix progress |",
-        "|---|---|---|---|---|---|---|",
+        "| env | agent | on-policy | turns | oracle-prefix | states | prefix progress "
+        "| off path | states |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in acc_rows:
         md.append(
             f"| {r['env_id']} | {r['agent']} | {fmt(r['on_policy'])} | {r['on_policy_turns']} | "
-            f"{fmt(r['prefix'])} | {r['prefix_states']} | {fmt(r['prefix_progress'])} |"
+            f"{fmt(r['prefix'])} | {r['prefix_states']} | {fmt(r['prefix_progress'])} | "
+            f"{fmt(r['offpath'])} | {r['offpath_states']} |"
         )
     tables.append(write_dicts(out / "single_step.csv", acc_rows))
     md.append("")

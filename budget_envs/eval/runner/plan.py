@@ -62,7 +62,9 @@ class EpisodeJob:
 
 @dataclass(frozen=True)
 class ProbeJob:
-    """Single-step probes along the oracle path of one task."""
+    """A single-step probe of one task: the state after ``prefix_turns`` oracle turns, or with
+    ``fault`` (``"slip"``) the state after one more oracle action that the fault replaced: a
+    state off the oracle's path."""
 
     env_id: str
     agent: str
@@ -70,10 +72,12 @@ class ProbeJob:
     task_id: str
     seed: int
     prefix_turns: int
+    fault: str | None = None
 
     @property
     def key(self) -> str:
-        return f"probe|{self.env_id}|{self.agent}|{self.task_id}|t{self.prefix_turns}"
+        base = f"probe|{self.env_id}|{self.agent}|{self.task_id}|t{self.prefix_turns}"
+        return base if self.fault is None else f"{base}|{self.fault}"
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,9 @@ class EvalPlan:
         fault_turns: also run every sample with one fault at each of these turns (recovery).
         fault_kinds: the kinds drawn for those faults.
         probe_states: single-step probes from the first this-many oracle-prefix states (0 = off).
+        offpath_probe_states: single-step probes from states off the oracle's path: after each of
+            the first this-many oracle prefixes, the oracle's next action replaced by a slip
+            fault (0 = off).
         track_oracle: record per-turn oracle agreement (single-step accuracy on-policy).
         seed: the run seed (episode seeds derive from it, the task and the sample).
         env_kwargs: extra constructor kwargs of the env.
@@ -166,6 +173,7 @@ class EvalPlan:
     fault_turns: list[int] = field(default_factory=list)
     fault_kinds: tuple[str, ...] = ("slip", "drop")
     probe_states: int = 0
+    offpath_probe_states: int = 0
     track_oracle: bool = True
     seed: int = 0
     env_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -184,6 +192,7 @@ class EvalPlan:
         for what, value, low in (
             ("samples", self.samples, 1),
             ("probe_states", self.probe_states, 0),
+            ("offpath_probe_states", self.offpath_probe_states, 0),
             ("seed", self.seed, 0),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -384,7 +393,9 @@ def plan_jobs(
                                     transcript=plan.transcripts,
                                 )
                             )
-                for t in range(plan.probe_states):
+                probes = [(t, None) for t in range(plan.probe_states)]
+                probes += [(t, "slip") for t in range(plan.offpath_probe_states)]
+                for t, fault in probes:
                     jobs.append(
                         ProbeJob(
                             env_id=env_id,
@@ -393,6 +404,7 @@ def plan_jobs(
                             task_id=task_id,
                             seed=episode_seed(plan.seed, task_index, 0),
                             prefix_turns=t,
+                            fault=fault,
                         )
                     )
     return jobs

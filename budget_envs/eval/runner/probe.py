@@ -18,6 +18,8 @@ __all__ = ["run_probe"]
 def run_probe(job: ProbeJob, agent: Any, env: gym.Env) -> ProbeRecord:
     """Single-step probe: the oracle plays ``prefix_turns`` turns, then the agent picks one action.
 
+    With ``job.fault`` the oracle plays one more turn with that fault armed (a slip: another
+    action runs instead of the oracle's), so the agent acts from a state off the oracle's path.
     The agent is told the prefix as if it had played it (``teacher_force``). Its action is scored
     against ``oracle_actions()`` (``correct``) and by whether it lowers the oracle cost-to-go
     (``progress``; executed on a snapshot, then the state is restored).
@@ -28,7 +30,7 @@ def run_probe(job: ProbeJob, agent: Any, env: gym.Env) -> ProbeRecord:
     bind = getattr(agent, "bind_oracle", None)
     if bind is not None:
         bind(unwrapped.oracle_actions)
-    error = action = correct = progress = cost = None
+    error = action = correct = progress = cost = effect = None
     try:
         # The env replays the task's seed; the agent gets a seed of its own per probe state, so
         # the probes of one task are independent draws rather than one draw repeated.
@@ -39,12 +41,16 @@ def run_probe(job: ProbeJob, agent: Any, env: gym.Env) -> ProbeRecord:
             env_id=job.env_id, observation=obs, info=agent_info(info, True), seed=agent_seed
         )
         done = False
-        for _ in range(job.prefix_turns):
+        for turn in range(job.prefix_turns + (job.fault is not None)):
             best = unwrapped.oracle_actions()
             if not best:
                 done = True
                 break
+            if turn == job.prefix_turns:  # the faulty turn after the prefix
+                unwrapped.arm_fault(job.fault, np.random.default_rng([job.seed, turn, 0x0FF]))
             obs, _, terminated, _, info = env.step(best[0])
+            if turn == job.prefix_turns:
+                effect = (info.get("fault") or {}).get("effect")
             force = getattr(agent, "teacher_force", None)
             if force is not None:
                 force(best[0], obs, agent_info(info, True))
@@ -71,4 +77,5 @@ def run_probe(job: ProbeJob, agent: Any, env: gym.Env) -> ProbeRecord:
         wall_time=time.perf_counter() - start,
         tokens=usage(agent),
         error=error,
+        fault_effect=effect,
     )

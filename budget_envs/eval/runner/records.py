@@ -117,7 +117,8 @@ class EpisodeRecord:
 
 @dataclass
 class ProbeRecord:
-    """One single-step probe: the agent's action from the state after ``prefix_turns`` oracle turns."""
+    """One single-step probe: the agent's action from the state after ``prefix_turns`` oracle
+    turns (with ``fault``, and one more oracle action that the fault replaced: off the path)."""
 
     env_id: str
     task_id: str
@@ -132,6 +133,10 @@ class ProbeRecord:
     wall_time: float
     tokens: dict[str, int] | None = None
     error: str | None = None
+    #: Off-path probes: the fault kind, and what it did to its turn (``"replaced"``: another
+    #: action ran; ``"dropped"``: none did, the agent was told its action failed).
+    fault: str | None = None
+    fault_effect: str | None = None
     key: str = ""
     record: str = "probe"
 
@@ -230,10 +235,12 @@ def probe_record(
     wall_time: float = 0.0,
     tokens: dict[str, int] | None = None,
     error: str | None = None,
+    fault_effect: str | None = None,
 ) -> ProbeRecord:
     """The record of a single-step probe of ``job`` (the defaults: a probe that never ran)."""
     return ProbeRecord(
-        **_from_job(job, "prefix_turns"),
+        **_from_job(job, "prefix_turns", "fault"),
+        fault_effect=fault_effect,
         action=action,
         correct=correct,
         progress=progress,
