@@ -166,3 +166,49 @@ def grpo_section(folder: Path, missing: list[str]) -> list[str]:
         *_training_rows(train / "grpo_metrics.csv"),
     ]
     return lines
+
+
+def smollm2_section(folder: Path, missing: list[str]) -> list[str]:
+    """The "SmolLM2 through GRPO" section: the path check of ``examples/lm_smollm2_grpo.sh``
+    (its metrics per GRPO step and the trained folder's episodes as ``lm:``)."""
+    metrics = folder / "metrics.csv"
+    if not metrics.is_file():
+        missing.append(f"SmolLM2 GRPO path check `{folder.relative_to(folder.parents[2])}`")
+        return []
+    with metrics.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    settings = json.loads((folder / "policy.json").read_text())
+    eps = _episodes(folder)
+    lines = [
+        "",
+        "## SmolLM2 through GRPO",
+        "",
+        f"SmolLM2-135M-Instruct (Q4_1 weights, dequantized), fully fine-tuned by GRPO on ToolUse "
+        f"level 1 (world 0) at T={int(float(rows[0]['budget_mean']))}, acting by scoring the "
+        f"offered actions ({settings['actions']}), {int(rows[0]['episodes'])} episodes a step: "
+        f"{len(rows)} steps in {float(rows[-1]['wall_s']) / 60:.1f} minutes on 2 shared cores. "
+        "It shows the path (the folder trains, saves and plays as `lm:`), not what the steps "
+        "teach. Commands: `examples/lm_smollm2_grpo.sh`; logs and records: "
+        f"`{folder.relative_to(folder.parents[2])}/`.",
+        "",
+        "| GRPO step | episodes | mean reward | won | lost | ended by the budget | tokens per episode | minutes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['step']} | {r['episodes']} | {float(r['reward']):+.3f} | "
+            f"{float(r['stop_won']):.0%} | {float(r['stop_lost']):.0%} | "
+            f"{float(r['stop_budget']):.0%} | {float(r['tokens_mean']):.0f} | "
+            f"{float(r['wall_s']) / 60:.1f} |"
+        )
+    if eps:
+        won = sum(bool(e.get("won")) for e in eps)
+        raw = (folder / "records.jsonl").read_text().splitlines()
+        errors = sum(bool(json.loads(line).get("error")) for line in raw if line.strip())
+        lines += [
+            "",
+            f"The trained folder as `lm:` on {len(eps)} unseen episodes (world 1) at "
+            f"T={int(eps[0]['budget'])}: {won} won, {errors} agent errors, "
+            f"{np.mean([e['turns'] for e in eps]):.1f} turns per episode.",
+        ]
+    return lines
