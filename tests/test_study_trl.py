@@ -195,17 +195,21 @@ def test_the_study_command_picks_the_trl_spec():
     assert _pick_spec(parse(["study", "--quick"])) == quick_spec()
     spec = _pick_spec(parse(["study", "--trainer", "trl", "--model", "Qwen/Qwen3-0.6B"]))
     assert (spec.trainer, spec.model, spec.curve) == ("trl", "Qwen/Qwen3-0.6B", None)
-    assert spec.families == full_spec().families and spec.arms == full_spec().arms
+    # the full design without the imitation arm, which the TRL stage has not (it refuses it)
+    assert spec.families == full_spec().families and "imitation" in full_spec().arms
+    assert spec.arms == [a for a in full_spec().arms if a != "imitation"]
     with pytest.raises(UsageError, match="--trainer trl"):
         _pick_spec(parse(["study", "--model", "Qwen/Qwen3-0.6B"]))
     with pytest.raises(SystemExit):
         parse(["study", "--trainer", "ppo"])
 
 
-def test_the_trl_stage_refuses_a_learning_curve(tmp_path):
+def test_the_trl_stage_refuses_a_learning_curve_and_the_imitation_arm(tmp_path):
     from dataclasses import replace
 
     from budget_envs.study import quick_spec
 
     with pytest.raises(ValueError, match="curve=None"):
         train_stage_trl(replace(quick_spec(), trainer="trl"), tmp_path)
+    with pytest.raises(ValueError, match="no 'imitation' arm"):
+        train_stage_trl(replace(quick_spec(), trainer="trl", curve=None), tmp_path)
