@@ -84,7 +84,21 @@ def test_rllib_train_takes_its_config_whole_or_builds_it_from_keywords(tmp_path)
         "warm_start_progress",
         "options",
     }
-    assert fields["gamma"] == 0.99 and fields["max_actions"] == 256 and len(fields) == 30
+    assert fields["gamma"] == 0.99 and fields["max_actions"] == 256 and len(fields) == 32
+    # more imitation continues a policy: it needs one to resume
+    assert fields["imitation_steps"] == 0
+    with pytest.raises(ValueError, match="needs resume=True"):
+        RLlibTrainConfig(out_dir=tmp_path / "p", iterations=0, imitation_steps=10)
+    assert (
+        RLlibTrainConfig(
+            out_dir=tmp_path / "p",
+            iterations=0,
+            imitation_steps=10,
+            resume=True,
+            warm_start_episodes=0,
+        ).settings()["imitation_steps"]
+        == 10
+    )
     config = RLlibTrainConfig(out_dir=tmp_path / "p", iterations=1)
     assert config.minibatch == 512 and config.settings()["minibatch_size"] == 512
     with pytest.raises(ValueError, match=r"minibatch_size \(300\) must be at most"):
