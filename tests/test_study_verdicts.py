@@ -185,6 +185,9 @@ def test_power_note_from_the_crossed_standard_error_and_its_seed_and_task_parts(
         assert p.mdd == pytest.approx(k * p.se)
         assert 0 < p.se_tasks <= p.se * 1.5 and p.se_seeds >= 0
         assert p.projected <= p.mdd + 1e-12 and p.seeds == 3 and p.seeds_to == 8
+    # one seed says nothing of the variance between seeds: no projection to more seeds
+    one = [r for r in records if r["study_seed"] == 0]
+    assert {p.projected for p in C.analyse(_spec(), one).power} == {None}
 
 
 def test_seeds_only_and_tasks_only_resamples_hold_the_other_factor():

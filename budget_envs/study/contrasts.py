@@ -310,7 +310,8 @@ def power_note(spec: StudySpec, units: Units, results: Sequence[ContrastResult])
     bootstrap's standard error, ``(z(1 - ALPHA / 2m) + z(POWER)) x se``; the standard error
     split into a seeds-only and a tasks-only resample; and the same at :data:`SEEDS_TO` seeds:
     the seed part of the variance scaled by seeds / SEEDS_TO, the rest (tasks and their
-    interaction with seeds) kept, at least the task part."""
+    interaction with seeds) kept, at least the task part (None on one seed, which says nothing
+    of the variance between seeds)."""
     from statistics import NormalDist
 
     z = NormalDist().inv_cdf
@@ -327,7 +328,10 @@ def power_note(spec: StudySpec, units: Units, results: Sequence[ContrastResult])
         ]  # fmt: skip
         k = z(1.0 - ALPHA / (2 * r.tests)) + z(POWER)
         shrink = se[1] ** 2 * (1.0 - r.seeds / SEEDS_TO)  # the seed part at SEEDS_TO seeds
-        projected = k * float(np.sqrt(max(se[0] ** 2 - shrink, se[2] ** 2)))
+        # one seed tells nothing of the variance between seeds: no projection
+        projected = (
+            k * float(np.sqrt(max(se[0] ** 2 - shrink, se[2] ** 2))) if r.seeds > 1 else None
+        )
         out.append(
             Power(r.family, r.name, se[0], se[1], se[2], r.tests, k * se[0], r.seeds, SEEDS_TO, projected)
         )  # fmt: skip

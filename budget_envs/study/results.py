@@ -100,7 +100,8 @@ class BestFixed:
 class Power:
     """The minimum difference a claimed contrast detects with 80% power at the first Holm
     step, from its crossed-bootstrap standard error (``se``), split into its seed and task
-    parts; ``projected`` is the same at ``seeds_to`` seeds (task part as it is)."""
+    parts; ``projected`` is the same at ``seeds_to`` seeds (task part as it is; None from one
+    seed)."""
 
     family: str
     name: str
@@ -111,7 +112,7 @@ class Power:
     mdd: float
     seeds: int
     seeds_to: int
-    projected: float
+    projected: float | None
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,8 @@ def power_table(analysis: Analysis) -> Table:
         )
         page.append(
             [p.family, p.name, f"{p.se:.3f}", f"{p.se_seeds:.3f}", f"{p.se_tasks:.3f}"]
-            + [f"{p.mdd:.3f} ({p.seeds})", f"{p.projected:.3f} ({p.seeds_to})"]
+            + [f"{p.mdd:.3f} ({p.seeds})"]
+            + [f"{p.projected:.3f} ({p.seeds_to})" if p.projected is not None else "- (1 seed)"]
         )
     header = ["family", "contrast", "se", "se, seeds only", "se, tasks only"]
     header += ["detectable now (seeds)", "detectable at more seeds (seeds)"]
