@@ -281,6 +281,11 @@ def test_sft_labels_only_the_oracles_actions(net):
     trained = [t for t in enc["labels"] if t != -100]
     assert tok.decode(trained) == "open door<|im_end|>"
     assert len(enc["input_ids"]) == len(enc["labels"])
+    # observation_loss: the env's replies are labelled too, the explored action still is not
+    enc = encode_row(tok, row, 4096, observation_loss=True)
+    trained = tok.decode([t for t in enc["labels"] if t != -100])
+    assert "Nothing happens." in trained and "open door<|im_end|>" in trained
+    assert "dance" not in trained and "You see a door." not in trained
 
 
 def test_chat_agent_lists_the_offered_actions_when_asked():

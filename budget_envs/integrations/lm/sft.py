@@ -68,6 +68,9 @@ class SFTSettings:
         lora_r, lora_alpha: the adapter's rank and scale (every linear layer is adapted).
         episodes: oracle demonstrations on the train split.
         explore: the share of turns that play a random offered action (no loss on them).
+        observation_loss: also label the env's replies (tool results, observations after the
+            first), so the model learns the env's language as well as the oracle's actions:
+            the same tokens run either way, and the replies hold the ids the actions copy.
         epochs: passes over the rows.
         learning_rate: default 2e-4 with LoRA, 3e-5 for full fine-tuning, 1e-3 for ``scratch``.
         batch_size: rows per optimizer step.
@@ -86,6 +89,7 @@ class SFTSettings:
     lora_alpha: int = 32
     episodes: int = 100
     explore: float = 0.2
+    observation_loss: bool = False
     epochs: float = 2.0
     learning_rate: float | None = None
     batch_size: int = 4
@@ -240,9 +244,12 @@ def _messages(row: Mapping[str, Any]) -> list[dict[str, str]]:
     return out
 
 
-def encode_row(tok: Any, row: Mapping[str, Any], max_length: int) -> dict[str, list[int]]:
+def encode_row(
+    tok: Any, row: Mapping[str, Any], max_length: int, observation_loss: bool = False
+) -> dict[str, list[int]]:
     """``input_ids`` and ``labels`` of a row, rendered turn by turn as the ``lm`` agent renders
-    an episode; labels are the oracle's actions with their end-of-turn id, -100 elsewhere."""
+    an episode; labels are the oracle's actions with their end-of-turn id (with
+    ``observation_loss``, the env's replies too), -100 elsewhere."""
     from budget_envs.integrations.trl.dialogue import _Dialogue
 
     dialogue = _Dialogue(tok, row["system"], {})
@@ -256,7 +263,7 @@ def encode_row(tok: Any, row: Mapping[str, Any], max_length: int) -> dict[str, l
         if turn["observation"] is not None:
             env_ids = dialogue.env_ids(turn["observation"], reply_ended=True)
             ids += env_ids
-            labels += [-100] * len(env_ids)
+            labels += env_ids if observation_loss else [-100] * len(env_ids)
     return {"input_ids": ids[:max_length], "labels": labels[:max_length]}
 
 
@@ -509,7 +516,7 @@ def train_sft(
     )
     torch.manual_seed(seed)
     model, tok = _scratch(rows, s, seed) if s.scratch else _pretrained(s)
-    encoded = [encode_row(tok, row, s.max_length) for row in rows]
+    encoded = [encode_row(tok, row, s.max_length, bool(s.observation_loss)) for row in rows]
     data = Dataset.from_list(encoded)
     config = _sft_config(out, s, seed)
     sink = MetricsSink(out, report_to, config={"trainer": "sft", "env_id": env_id, **asdict(s)})
