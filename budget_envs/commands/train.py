@@ -168,12 +168,17 @@ def _add_shared_options(t: argparse.ArgumentParser) -> None:
         '"warm_start_steps": 60, "max_completion_length": 512, "max_turn_tokens": 24}',
     )
     t.add_argument("--sft-kwargs", type=json_dict, metavar="JSON", help=SFT_KWARGS_HELP)
+    t.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a stopped run in DIR (rllib: its checkpoint; trl: the last trainer "
+        "checkpoint that --checkpoint-every left)",
+    )
 
 
 def _add_rllib_options(rl: Any) -> None:
     """``train``'s 'RLlib only' argument group."""
     rl.add_argument("--gamma", type=float, default=None, help="discount (default 0.99)")
-    rl.add_argument("--resume", action="store_true", help="continue the checkpoint in DIR")
     rl.add_argument("--max-actions", type=int, default=None, help="action slots (default 256)")
     rl.add_argument(
         "--process-max-cost",
@@ -461,7 +466,6 @@ def _train_trl(
     if args.sft_kwargs is not None:
         raise UsageError("--sft-kwargs is for --trainer sft")
     given = [k for k in _RLLIB_ONLY if getattr(args, k, None) is not None]
-    given += ["resume"] if args.resume else []
     if given:
         flags = ", ".join(_flag(k) for k in given)
         raise UsageError(
@@ -497,8 +501,10 @@ def _train_trl(
     if (Path(args.out) / policy_file).exists():
         raise UsageError(
             f"{args.out} already holds a policy ({policy_file}); choose another --out "
-            "(--trainer trl does not resume)"
+            "(--resume continues a run that was stopped, not a finished one)"
         )
+    if args.resume:
+        options["resume"] = True
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one bar: the GRPO steps (not each model save)

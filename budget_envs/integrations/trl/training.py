@@ -55,6 +55,9 @@ def _corpus(rollout: BudgetMixRollout, task_ids: Sequence[str], limit: int = 16)
 METRICS_FILE = "metrics.csv"
 #: Where ``checkpoint_every`` saves the policy during GRPO (``step-NNNN`` folders).
 CHECKPOINTS_DIR = "checkpoints"
+#: Where ``checkpoint_every`` also keeps the trainer's own last checkpoint (model, optimizer,
+#: scheduler and RNG states: ``checkpoint-N``), which ``resume=True`` continues.
+TRAINER_DIR = "trainer"
 
 _METRIC_COLUMNS = (
     "step",
@@ -113,6 +116,50 @@ def _metrics_row(step: int, result: dict[str, list], start: float) -> dict[str, 
     )
     row["wall_s"] = round(time.perf_counter() - start, 2)
     return row
+
+
+def _last_trainer_checkpoint(out: Path) -> Path | None:
+    """The trainer checkpoint of the latest step under ``out/trainer`` (None: none)."""
+    found = [
+        (int(p.name.rsplit("-", 1)[1]), p)
+        for p in (out / TRAINER_DIR).glob("checkpoint-*")
+        if p.is_dir() and p.name.rsplit("-", 1)[1].isdigit()
+    ]
+    return max(found)[1] if found else None
+
+
+def _rows_until(path: Path, step: int) -> list[dict[str, Any]]:
+    """The rows of ``metrics.csv`` up to GRPO step ``step`` (what a resumed run keeps)."""
+    import csv
+
+    if not path.is_file():
+        return []
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    kept = []
+    for row in rows:
+        if int(row["step"]) > step:
+            break
+        kept.append(
+            {k: (int(v) if k in ("step", "episodes") else float(v)) for k, v in row.items()}
+        )
+    return kept
+
+
+def _resume_point(out: Path) -> tuple[Path, list[dict[str, Any]]]:
+    """The trainer checkpoint a stopped run in ``out`` continues and its metrics rows so far."""
+    from budget_envs.integrations.trl.policy import POLICY_FILE
+
+    if (out / POLICY_FILE).is_file():
+        raise FileExistsError(f"{out} holds a finished policy: nothing to resume")
+    last = _last_trainer_checkpoint(out)
+    if last is None or not (out / WARM_START_DIR).is_dir():
+        raise FileNotFoundError(
+            f"{out}: nothing to resume (no GRPO checkpoint in {out / TRAINER_DIR}; a run "
+            "leaves one every checkpoint_every steps)"
+        )
+    step = int(last.name.rsplit("-", 1)[1])
+    return last, _rows_until(out / METRICS_FILE, step)
 
 
 def _write_metrics(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -214,9 +261,11 @@ def _grpo_config(
     beta: float,
     template_kwargs: dict[str, Any],
     seed: int,
+    save_every: int = 0,
 ) -> Any:
-    """GRPOConfig for ``iterations`` steps on this machine (CPU unless CUDA is there; no saves
-    of its own, a log every step, no bar)."""
+    """GRPOConfig for ``iterations`` steps on this machine (CPU unless CUDA is there; its own
+    checkpoint every ``save_every`` steps, the last one kept, else none; a log every step, no
+    bar)."""
     import torch
     from trl import GRPOConfig
 
@@ -233,7 +282,9 @@ def _grpo_config(
         bf16=False,
         use_cpu=not torch.cuda.is_available(),
         report_to="none",
-        save_strategy="no",
+        save_strategy="steps" if save_every else "no",
+        save_steps=int(save_every) or 500,
+        save_total_limit=1,
         logging_steps=1,
         seed=int(seed),
         disable_tqdm=True,
@@ -253,15 +304,18 @@ def _run_grpo(
     callback: Any,
     stop_counts: dict[str, int],
     start: float,
+    rows: list[dict[str, Any]] | None = None,
+    resume_from: Path | None = None,
 ) -> Any:
-    """GRPO through ``rollout``: each rollout batch's metrics row goes to ``metrics.csv`` (and
-    the sink) and its stop reasons into ``stop_counts``; returns the trainer after training."""
+    """GRPO through ``rollout``: each rollout batch's metrics row goes to ``metrics.csv`` after
+    ``rows`` (and the sink) and its stop reasons into ``stop_counts``; ``resume_from``: the
+    trainer checkpoint to continue. Returns the trainer after training."""
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOTrainer
 
     from budget_envs.integrations.tracking import MetricsSink
 
-    rows_csv: list[dict[str, Any]] = []
+    rows_csv: list[dict[str, Any]] = list(rows or [])
     sink = MetricsSink(out, report_to, config={"trainer": "trl", **settings})
 
     def counting_rollout(batch_prompts: list[Any], trainer: Any) -> dict[str, list]:
@@ -287,7 +341,7 @@ def _run_grpo(
     # the logs go to `progress` and the log instead.
     trainer.remove_callback(PrinterCallback)
     try:
-        trainer.train()
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     finally:
         sink.close()
     return trainer
@@ -338,6 +392,7 @@ def train(
     actions: str = "generate",
     report_to: str | Sequence[str] | None = None,
     checkpoint_every: int = 0,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Train a policy on ``env_id``: warm start (tiny model), then GRPO via ``rollout_func``.
 
@@ -372,7 +427,10 @@ def train(
             (:mod:`~budget_envs.integrations.tracking`).
         checkpoint_every: every this many GRPO steps, save the policy as it is then in
             ``out_dir/checkpoints/step-NNNN`` (a folder that plays and evaluates as the final
-            one; 0: none).
+            one; 0: none), and keep the trainer's own last checkpoint in ``out_dir/trainer``.
+        resume: continue a run in ``out_dir`` that was stopped: from its last trainer
+            checkpoint (a run with ``checkpoint_every``), with the settings it was started
+            with; the metrics rows after that step are played again, with the same draws.
 
     Returns:
         Metrics: ``wall_time`` (seconds), ``warm_start_loss`` (first, last), ``log_history``
@@ -421,8 +479,10 @@ def train(
         "temperature": float(temperature),
     }
     torch.manual_seed(seed)
+    resume_from, rows = _resume_point(out) if resume else (None, [])
+    warm_dir = out / WARM_START_DIR
     policy, tokenizer, losses = _initial_policy(
-        model,
+        str(warm_dir) if resume else model,
         rollout,
         tasks,
         seed=seed,
@@ -435,9 +495,16 @@ def train(
     )
     policy.generation_config.do_sample = True
     policy.generation_config.temperature = float(temperature)
-    warm_dir = save_policy(policy, tokenizer, out / WARM_START_DIR, settings)
-
+    if not resume:
+        save_policy(policy, tokenizer, warm_dir, settings)
     stop_counts: dict[str, int] = {}
+    if rows:  # a resumed run: its episodes so far seed the next draws; its clock goes on
+        rollout._episodes = sum(int(r["episodes"]) for r in rows)
+        start -= float(rows[-1]["wall_s"])
+        for word in STOP_REASONS:
+            count = round(sum(r[f"stop_{word}"] * r["episodes"] for r in rows))
+            if count:
+                stop_counts[word] = int(count)
 
     def metrics(model_dir: Path, history: list[dict[str, Any]]) -> dict[str, Any]:
         return {
@@ -464,6 +531,7 @@ def train(
         beta=beta,
         template_kwargs=template_kwargs,
         seed=seed,
+        save_every=checkpoint_every,
     )
 
     trainer = _run_grpo(
@@ -478,6 +546,8 @@ def train(
         callback=_progress_callback(progress, checkpoint_every, out, tokenizer, settings),
         stop_counts=stop_counts,
         start=start,
+        rows=rows,
+        resume_from=resume_from,
     )
     return metrics(
         save_policy(trainer.model, tokenizer, out, settings), list(trainer.state.log_history)
