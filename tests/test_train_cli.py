@@ -412,7 +412,8 @@ def test_trl_iterations_0_keeps_the_warm_start_as_the_policy(tmp_path):
     ("extra", "says"),
     [
         (["--gamma", "0.9"], "--gamma: RLlib option(s) that --trainer trl does not take"),
-        (["--max-actions", "64", "--resume"], "--max-actions, --resume: RLlib option(s)"),
+        (["--max-actions", "64"], "--max-actions: RLlib option(s)"),
+        (["--resume"], "nothing to resume"),
         (["--trl-kwargs", '{"nope": 1}'], "unknown key 'nope'"),
         (["--trl-kwargs", '{"learning_rate": 0.1}'], "give 'learning_rate' as --lr"),
         (["--trl-kwargs", '{"seed": 3}'], "'seed' is set by the command's own flags"),
