@@ -213,3 +213,72 @@ def test_the_trl_stage_refuses_a_learning_curve_and_the_imitation_arm(tmp_path):
         train_stage_trl(replace(quick_spec(), trainer="trl"), tmp_path)
     with pytest.raises(ValueError, match="no 'imitation' arm"):
         train_stage_trl(replace(quick_spec(), trainer="trl", curve=None), tmp_path)
+
+
+def test_a_killed_grpo_arm_resumes_and_ends_as_an_unkilled_one(tmp_path, monkeypatch):
+    """A study killed half-way through an RL arm's GRPO (a session's end) continues that arm
+    from its last trainer checkpoint on the next run, to the same weights as a run never
+    killed; the finished folder keeps no checkpoint."""
+    from dataclasses import replace
+
+    import budget_envs.integrations.trl as trl
+    import budget_envs.study.trl_stage as stage
+
+    spec = trl_quick_spec()
+    (fam,) = spec.families
+    spec = replace(spec, families=[replace(fam, iterations=2)], arms=["base", "fixed_generous"])
+    (fam,) = spec.families
+    train_stage_trl(spec, tmp_path / "whole")
+    monkeypatch.setattr(stage, "RESUME_EVERY", 1)
+    real = trl.train
+
+    class Killed(Exception):
+        pass
+
+    def killed_at_step_2(**kwargs):
+        def progress(logs):
+            if logs.get("step") == 2 and "loss" in logs:
+                raise Killed
+
+        return real(**kwargs, progress=progress if kwargs.get("iterations") else None)
+
+    monkeypatch.setattr(trl, "train", killed_at_step_2)
+    with pytest.raises(Killed):
+        train_stage_trl(spec, tmp_path / "killed")
+    root = policy_root(tmp_path / "killed", fam, VIS, SEED)
+    tmp = root / "fixed_generous.tmp"
+    assert sorted(p.name for p in (tmp / "trainer").glob("checkpoint-*")) == ["checkpoint-1"]
+    resumed = []
+    monkeypatch.setattr(trl, "train", lambda **kw: resumed.append(kw["resume"]) or real(**kw))
+    train_stage_trl(spec, tmp_path / "killed")
+    assert resumed == [True]
+    assert not tmp.exists() and not (root / "fixed_generous" / "trainer").exists()
+    whole = _weights(policy_root(tmp_path / "whole", fam, VIS, SEED) / "fixed_generous")
+    again = _weights(root / "fixed_generous")
+    assert whole.keys() == again.keys()
+    assert all(bool((whole[k] == again[k]).all()) for k in whole)
+
+
+def test_a_trl_study_from_an_sft_folder_runs_the_single_step_probes(tmp_path):
+    """Policies GRPO trained from a ``--trainer sft`` folder play as the lm agent, which
+    replays an oracle prefix: the study probes them (so C2 runs) and ``--check`` expects the
+    probes; from the tiny model it runs none."""
+    from dataclasses import replace
+
+    from budget_envs.integrations.trainers import study_probes
+    from budget_envs.study.check import _expected
+    from budget_envs.study.stages import eval_plans
+
+    sft = tmp_path / "sft"
+    sft.mkdir()
+    (sft / "budgetmix_policy.json").write_text(json.dumps({"trainer": "sft", "settings": {}}))
+    assert study_probes("rllib") and study_probes("trl", str(sft))
+    assert not study_probes("trl", "tiny") and not study_probes("trl", str(tmp_path / "none"))
+    for model, probes in (("tiny", 0), (str(sft), 1)):
+        spec = replace(trl_quick_spec(), model=model)
+        (fam,) = spec.families
+        assert fam.probe_states == 1
+        plan = eval_plans(spec, tmp_path / "study", fam, VIS, SEED)["episodes"]
+        assert plan.probe_states == plan.offpath_probe_states == probes
+        expected = _expected(spec, fam, VIS, "base@s0")
+        assert expected["probes"] == expected["off-path probes"] == fam.eval_tasks * probes

@@ -77,6 +77,14 @@ def add_study_parser(sub: Any) -> None:
         "PREREGISTRATION.md and DEVIATIONS.md): sizes, pairing, unseen tasks, shared start, "
         "env steps; exit 1 on a problem",
     )
+    st.add_argument(
+        "--compare-with",
+        default=None,
+        metavar="DIR",
+        help="another study folder: its verdicts go beside these on the page, one row per "
+        "contrast and family, and one sentence per question on whether the answers agree "
+        "(e.g. --trainer trl --compare-with study)",
+    )
     st.add_argument("--no-figures", action="store_true")
     st.add_argument("--quiet", action="store_true", help="no progress bars")
     st.add_argument("--report-to", default="none", metavar="TOOLS", help=REPORT_TO_HELP)
@@ -163,6 +171,7 @@ def cmd_study(args: argparse.Namespace, out: TextIO) -> int:
             visibilities=args.visibility,
             seeds=args.seed,
             report_to=args.report_to,
+            compare_with=args.compare_with,
         )
     except (FileNotFoundError, ValueError) as exc:
         raise UsageError(str(exc)) from None

@@ -35,6 +35,7 @@ __all__ = [
     "TRAINER_TABLE",
     "TrainerEntry",
     "read_policy_folder",
+    "study_probes",
     "study_trainers",
     "trainer_entry",
     "trainer_names",
@@ -227,3 +228,20 @@ def read_policy_folder(folder: str | os.PathLike) -> tuple[TrainerEntry, dict[st
         f"{found}: trainer {name!r} is not one that writes {found.name} "
         f"({', '.join(entry.name for entry in writers)})"
     )
+
+
+def study_probes(trainer: str, model: str | None = None) -> bool:
+    """Whether a study's policies trained by ``trainer`` from ``model`` take single-step probes
+    (an oracle prefix told through ``teacher_force``): the trainer's own row says so
+    (``TrainerEntry.probes``), or ``trainer`` is ``trl`` and ``model`` is a folder that
+    ``--trainer sft`` (or a GRPO run resumed from one) wrote. Such a folder's policies play as
+    the ``lm`` agent, which replays a prefix as chat history."""
+    if trainer_entry(trainer).probes:
+        return True
+    if trainer != "trl" or not model:
+        return False
+    try:
+        entry, meta = read_policy_folder(model)
+    except (OSError, ValueError):
+        return False
+    return entry.name == "sft" or meta.get("render") == "lm"

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from budget_envs.integrations.trainers import trainer_entry
+from budget_envs.integrations.trainers import study_probes
 from budget_envs.study.folder import load_study_records, records_path
 from budget_envs.study.provenance import TRAIN_FILE, record_dir
 from budget_envs.study.spec import BASE, IMITATION, RANDOM, Family, StudySpec
@@ -94,7 +94,7 @@ def _expected(spec: StudySpec, fam: Family, vis: str, agent: str) -> dict[str, i
     if vis != "hidden":
         return {"episodes": fam.eval_tasks * fam.visible_samples * len(fam.eval_budgets)}
     faults = fam.eval_tasks * fam.fault_samples * len(fam.fault_turns)
-    probes = fam.probe_states if trainer_entry(spec.trainer).probes else 0
+    probes = fam.probe_states if study_probes(spec.trainer, spec.model) else 0
     return {
         "episodes": fam.eval_tasks * fam.eval_samples,
         "faults": faults if agent in spec.arms else 0,

@@ -35,7 +35,9 @@ from budget_envs.study.verdicts import (
     answer_table,
     best_fixed_table,
     design_record_table,
+    policy_class,
     power_table,
+    side_by_side_table,
 )
 
 #: Where the generated part of the study page starts and ends.
@@ -61,11 +63,14 @@ def write_study_report(
     *,
     records: Sequence[dict[str, Any]] | None = None,
     figures: bool = True,
+    compare_with: str | os.PathLike | None = None,
 ) -> StudyReport:
     """Tables (``out/tables/``) and figures (``<docs folder>/img/study/``) from the records, and
     the generated section of ``docs`` between its study markers (the file is created when
     missing; the text around the markers is kept). Tables hold no times and no paths, so the
-    same records give the same bytes."""
+    same records give the same bytes. ``compare_with``: another study's folder (its
+    ``study.json`` and records), whose verdicts go beside these in a side-by-side table after
+    the answers."""
     out = Path(out)
     records = load_study_records(out) if records is None else list(records)
     tables_dir = out / "tables"
@@ -76,6 +81,7 @@ def write_study_report(
     steps = step_recovery(spec, records)
     sections = [
         answer_table(analysis),
+        *_side_by_side(spec, analysis, compare_with),
         contrast_table(analysis),
         power_table(analysis),
         headline_table(analysis),
@@ -109,6 +115,23 @@ def write_study_report(
     tables.append(tables_dir / "study_results.md")
     splice(Path(docs), text)
     return StudyReport(markdown=text, tables=tables, figures=figs, contrasts=analysis.contrasts)
+
+
+def _side_by_side(spec: StudySpec, analysis: Any, other: str | os.PathLike | None) -> list[Any]:
+    """The side-by-side table against the study in folder ``other`` (none without one)."""
+    import json
+
+    if other is None:
+        return []
+    saved = Path(other) / "study.json"
+    if not saved.is_file():
+        raise FileNotFoundError(f"{other} holds no study (no study.json) to compare with")
+    their = StudySpec.from_json(json.loads(saved.read_text(encoding="utf-8")))
+    theirs = analyse(their, load_study_records(other))
+    names = (policy_class(their.trainer, their.model), policy_class(spec.trainer, spec.model))
+    if names[0] == names[1]:
+        names = (f"{names[0]} in {Path(other).name}", f"{names[1]} here")
+    return [side_by_side_table(theirs, analysis, names)]
 
 
 def splice(path: Path, text: str) -> None:

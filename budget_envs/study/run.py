@@ -34,13 +34,15 @@ def run_study(
     visibilities: Sequence[str] | None = None,
     seeds: Sequence[int] | None = None,
     report_to: str | None = None,
+    compare_with: str | os.PathLike | None = None,
 ) -> StudyReport:
     """Train, evaluate, compare and report (or, with ``report_only``, report from the records).
 
     ``progress(stage, done, total)`` reports the long stages (the CLI draws bars with it).
     ``families``, ``visibilities`` and ``seeds`` limit training and evaluation to those, so
     several processes (or machines sharing the folder) can run parts of a study side by side;
-    the report covers every record that is there.
+    the report covers every record that is there. ``compare_with``: another study's folder,
+    whose verdicts the page puts beside these (:func:`~budget_envs.study.verdicts.side_by_side_table`).
     """
     stage_spec = replace(spec, curve=None)  # the curves are put back below, those kept
     for name, wanted, known in (
@@ -87,4 +89,6 @@ def run_study(
         eval_stage(stage_spec, out, progress=progress, workers=workers)
     records = load_study_records(out)
     compare_stage(spec, out, records, figures=figures)
-    return write_study_report(spec, out, docs, records=records, figures=figures)
+    return write_study_report(
+        spec, out, docs, records=records, figures=figures, compare_with=compare_with
+    )

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from budget_envs.integrations.trainers import trainer_entry
+from budget_envs.integrations.trainers import study_probes
 from budget_envs.study.folder import (
     agent_name,
     compare_dir,
@@ -348,10 +348,10 @@ def eval_plans(spec: StudySpec, out: Path, fam: Family, vis: str, seed: int) -> 
             agents=everyone,
             samples=fam.eval_samples,
             budgets=[grid[-1]],
-            # a policy agent that cannot replay an oracle prefix (TRL's) gets no probes: C2
-            # does not run
-            probe_states=fam.probe_states if trainer_entry(spec.trainer).probes else 0,
-            offpath_probe_states=fam.probe_states if trainer_entry(spec.trainer).probes else 0,
+            # a policy agent that cannot replay an oracle prefix (TRL's own) gets no probes:
+            # C2 does not run; one that plays as the lm agent (from an SFT folder) does
+            probe_states=fam.probe_states if study_probes(spec.trainer, spec.model) else 0,
+            offpath_probe_states=fam.probe_states if study_probes(spec.trainer, spec.model) else 0,
             **common,
         )
     }

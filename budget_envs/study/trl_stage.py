@@ -46,6 +46,12 @@ HUB_LR = 1e-6
 #: an episode that keeps going).
 MAX_TURN_TOKENS = 96
 TOKENS_PER_TURN = 320
+#: GRPO steps between the trainer checkpoints an arm resumes from after a kill (a session's
+#: end): a killed arm loses at most this many steps.
+RESUME_EVERY = 5
+#: The file in a ``<folder>.tmp`` that holds the options its run started with: an unfinished
+#: run is resumed only with the same options.
+_STARTED = "study_started.json"
 
 
 def trl_train_options(spec: StudySpec, fam: Family, vis: str, seed: int) -> dict[str, Any]:
@@ -110,13 +116,23 @@ def _train_into(target: Path, summary: dict[str, Any], **options: Any) -> None:
 
     _clear(target)
     tmp = target.with_name(target.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)  # a run killed half-way
-    metrics = train(out_dir=tmp, **options)
-    # train() keeps its starting model in warm_start/ and GRPO's output_dir in trainer/: here
-    # the starting model is the warm/ folder, and the trainer saves nothing.
-    for extra in ("warm_start", "trainer"):
-        shutil.rmtree(tmp / extra, ignore_errors=True)
+    started = json.dumps({**summary, **options}, sort_keys=True, default=str)
+    resume = _resumable(tmp, started)
+    if tmp.exists() and not resume:
+        shutil.rmtree(tmp)  # killed before its first checkpoint, or started otherwise
+    if options.get("iterations"):
+        options = {"checkpoint_every": RESUME_EVERY, **options}
+        tmp.mkdir(parents=True, exist_ok=True)
+        (tmp / _STARTED).write_text(started + "\n", encoding="utf-8")
+    metrics = train(out_dir=tmp, resume=resume, **options)
+    # train() keeps its starting model in warm_start/, GRPO's checkpoints in trainer/ and
+    # checkpoints/: here the starting model is the warm/ folder, and a finished arm needs none.
+    for extra in ("warm_start", "trainer", "checkpoints", _STARTED):
+        path = tmp / extra
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
     record = {
         **summary,
         "wall_time": metrics["wall_time"],
@@ -131,6 +147,18 @@ def _train_into(target: Path, summary: dict[str, Any], **options: Any) -> None:
     }
     (tmp / TRAIN_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     tmp.replace(target)
+
+
+def _resumable(tmp: Path, started: str) -> bool:
+    """Whether ``tmp`` is a GRPO run killed after a trainer checkpoint, started with the same
+    options (``started``): then it resumes there instead of starting over."""
+    from budget_envs.integrations.trl.training import TRAINER_DIR
+
+    try:
+        same = (tmp / _STARTED).read_text(encoding="utf-8").strip() == started
+    except OSError:
+        return False
+    return same and any((tmp / TRAINER_DIR).glob("checkpoint-*"))
 
 
 def _link_copy(src: Path, dst: Path) -> None:
@@ -194,9 +222,10 @@ def train_stage_trl(
       generous T), as in the RLlib stage. All arms of a seed share that seed (task and budget draws,
       sampling), so a rerun gives the same policies on the same hardware.
 
+    A killed GRPO arm resumes from its last trainer checkpoint (every :data:`RESUME_EVERY`
+    steps) when the study runs again with the same options, and ends as an unkilled run would.
     Not done with TRL: the learning curve (no ``curve/`` checkpoints; a spec with ``curve`` set
-    is refused, since the eval stage would look for them) and resuming an arm half-way (a
-    killed GRPO run starts over).
+    is refused, since the eval stage would look for them).
     """
     _refuse(spec)
     jobs = [

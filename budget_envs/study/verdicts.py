@@ -210,3 +210,83 @@ def design_record_table(out: Path) -> Table:
             "",
         ]
     return Table("design_record.csv", ["file", "sha256"], rows, md)
+
+
+def policy_class(spec_trainer: str, model: str | None) -> str:
+    """What a study's policies are, for the side-by-side table: the RLlib study's action
+    scorer, or a language model (named by its ``--model``)."""
+    if spec_trainer == "rllib":
+        return "action scorer"
+    return f"language model ({model})" if model else "language model"
+
+
+def _cell(r: ContrastResult | None, bindings: dict[str, Binding]) -> str:
+    if r is None or r.verdict == "not run":
+        return "not run" + (f" ({r.note})" if r is not None and r.note else "")
+    shown = f"{r.verdict}, {_interval(r.estimate, r.low, r.high)}"
+    if not r.claimed:
+        return f"not claimed ({unclaimed_reason(bindings.get(r.family))}); measured {shown}"
+    return shown
+
+
+def _counts(r: ContrastResult | None) -> bool:
+    return r is not None and r.claimed and r.verdict != "not run"
+
+
+def comparison_sentence(q: int, a: Analysis, b: Analysis, names: tuple[str, str]) -> str:
+    """Whether question ``q`` gets the same answer from the two studies' claimed contrasts."""
+    words = []
+    for analysis, name in zip((a, b), names):
+        ran = [r for r in analysis.contrasts if r.question == q and _counts(r)]
+        if not ran:
+            label = f"Question {q}" if q else "Imitation control"
+            return (
+                f"**{label}:** the answers cannot be compared: the {name} study has no "
+                "claimed contrast of it that ran."
+            )
+        words.append(_answer(ran))
+    label = f"Question {q}" if q else "Imitation control"
+    if words[0] == words[1]:
+        return f"**{label}:** the answers agree: {words[0]} for both."
+    return f"**{label}:** the answers differ: {words[0]} for the {names[0]}, {words[1]} for the {names[1]}."
+
+
+def side_by_side_table(a: Analysis, b: Analysis, names: tuple[str, str]) -> Table:
+    """Each pre-registered contrast's verdict in two studies (two policy classes) per family,
+    and one sentence per question on whether their answers agree."""
+    keyed = [{(r.name, r.family): r for r in x.contrasts} for x in (a, b)]
+    binds = [{x.family: x for x in y.bindings} for y in (a, b)]
+    families = list(dict.fromkeys(r.family for x in (a, b) for r in x.contrasts))
+    rows: list[list[Any]] = []
+    page = []
+    for c in CONTRASTS:
+        for family in families:
+            ra, rb = (k.get((c.name, family)) for k in keyed)
+            if ra is None and rb is None:
+                continue
+            agree = "-"
+            if _counts(ra) and _counts(rb):
+                agree = "yes" if ra.verdict == rb.verdict else "no"
+            cells = [_cell(ra, binds[0]), _cell(rb, binds[1])]
+            rows.append([c.name, family, *cells, agree])
+            page.append([c.name, family, *cells, agree])
+    header = ["contrast", "family", names[0], names[1], "same verdict"]
+    sentences = [f"* {comparison_sentence(q, a, b, names)}" for q in (1, 2, 3, 0)]
+    return Table(
+        "side_by_side.csv",
+        ["contrast", "family", "first", "second", "same_verdict"],
+        rows,
+        [
+            f"### The answers for the {names[0]} and the {names[1]}",
+            "",
+            "Each study's verdicts as its own page gives them (Holm-adjusted intervals); "
+            '"same verdict" compares two claimed contrasts that ran. A different verdict is not '
+            "a measured difference between the policy classes: that needs the difference of "
+            "the two contrasts with its own interval.",
+            "",
+            *sentences,
+            "",
+            *md_table(header, page),
+            "",
+        ],
+    )
