@@ -7,6 +7,7 @@ The report modules are not run here (``tests/test_study.py`` covers them on the 
 
 from __future__ import annotations
 
+import csv
 import gzip
 import json
 import shutil
@@ -282,3 +283,28 @@ def test_a_trl_study_from_an_sft_folder_runs_the_single_step_probes(tmp_path):
         assert plan.probe_states == plan.offpath_probe_states == probes
         expected = _expected(spec, fam, VIS, "base@s0")
         assert expected["probes"] == expected["off-path probes"] == fam.eval_tasks * probes
+
+
+def test_every_trl_policy_has_a_train_record_a_reader_can_check(toy):
+    """``train.json`` per policy, as the RLlib study's: the RL arms' GRPO steps and env steps
+    from their metrics, and every arm's start is the base's weights (sha256)."""
+    from budget_envs.study.provenance import TRAIN_FILE as RECORD
+    from budget_envs.study.provenance import record_dir
+
+    spec, out, _ = toy
+    (fam,) = spec.families
+    records = {
+        arm: json.loads((record_dir(out, fam, VIS, SEED, arm) / RECORD).read_text())
+        for arm in spec.arms
+    }
+    base = records["base"]
+    assert base["kind"] == "start" and base["start_sha256"] is None
+    for arm in spec.arms[1:]:
+        rec = records[arm]
+        assert rec["kind"] == "grpo" and rec["iterations"] == fam.iterations
+        assert rec["start_sha256"] == base["result_sha256"]
+        assert rec["episodes"] == 8 * fam.iterations
+        with open(record_dir(out, fam, VIS, SEED, arm) / "metrics.csv", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        turns = sum(float(r["turns_mean"]) * int(r["episodes"]) for r in rows)
+        assert len(rows) == fam.iterations and rec["env_steps"] == round(turns)

@@ -184,13 +184,16 @@ def _training(spec: StudySpec, out: Path, fam: Family, vis: str, seed: int, say:
         for arm, rec in found.items():
             if arm != BASE and rec.get("start_sha256") != base.get("result_sha256"):
                 say(f"{arm} did not start from the base's checkpoint (sha256 differs)")
-    steps = {a: int(r["env_steps"]) for a, r in found.items() if a != BASE}
+    steps = {
+        a: int(r["env_steps"]) for a, r in found.items() if a != BASE and r["env_steps"] is not None
+    }
     if steps:
         low, high = min(steps.values()), max(steps.values())
         # 1%, or one episode at the generous T when that is more (runs of a few batches)
         if high - low > max(STEPS_TOLERANCE * high, fam.generous):
             say(f"env steps differ by more than {STEPS_TOLERANCE:.0%}: {steps}")
-        rl = [a for a in steps if a != IMITATION]
+        # the spec's PPO steps per RL arm (a GRPO arm's env steps follow from its episodes)
+        rl = [a for a in steps if a != IMITATION and spec.trainer == "rllib"]
         short = [a for a in rl if steps[a] < fam.steps()]
         if short:
             say(f"fewer env steps than the spec's {fam.steps()}: {short}")

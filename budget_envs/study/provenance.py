@@ -77,12 +77,70 @@ def train_record(
     return out
 
 
+def weights_sha256(folder: Path) -> str:
+    """sha256 of a Hugging Face model folder's weights and config (what a TRL policy is; its
+    logs and tokenizer files aside), as :func:`tree_sha256` over those files."""
+    h = hashlib.sha256()
+    names = sorted(
+        p for p in folder.glob("*") if p.name == "config.json" or p.suffix == ".safetensors"
+    )
+    for path in names:
+        h.update(path.name.encode() + b"\0")
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def trl_train_record(
+    fam: Family, vis: str, seed: int, arm: str, policy: Path, start: Path | None, lr: float
+) -> dict[str, Any]:
+    """``train.json`` of a TRL study's policy folder: the base (the warm start or the model it
+    was given, no GRPO step) or an RL arm (GRPO steps, the env steps its episodes took, from its
+    ``metrics.csv``), trained from ``start`` (None: the base)."""
+    import csv
+
+    out: dict[str, Any] = {"family": fam.name, "visibility": vis, "seed": seed, "arm": arm}
+    rows: list[dict[str, str]] = []
+    if (policy / RL_METRICS).is_file():
+        with open(policy / RL_METRICS, newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+    if arm == BASE or not rows:
+        out.update(kind="start", env_steps=None, iterations=0, gradient_updates=0, lr=None)
+    else:
+        episodes = sum(int(r["episodes"]) for r in rows)
+        steps = sum(float(r["turns_mean"]) * int(r["episodes"]) for r in rows)
+        out.update(
+            kind="grpo",
+            iterations=len(rows),
+            episodes=episodes,
+            env_steps=int(round(steps)),
+            gradient_updates=len(rows),
+            lr=lr,
+        )
+    meta = json.loads((policy / "budgetmix_policy.json").read_text(encoding="utf-8"))
+    out["budget"] = meta.get("budget")
+    out["start_sha256"] = weights_sha256(start) if start is not None else None
+    out["result_sha256"] = weights_sha256(policy)
+    return out
+
+
 def write_train_record(
-    out: Path, fam: Family, vis: str, seed: int, arm: str, policy: Path, start: Path | None
+    out: Path,
+    fam: Family,
+    vis: str,
+    seed: int,
+    arm: str,
+    policy: Path,
+    start: Path | None,
+    *,
+    trl_lr: float | None = None,
 ) -> Path:
     """Write ``train.json`` into the policy folder and, with the metrics CSV, into
-    :func:`record_dir`; return the latter's ``train.json``."""
-    record = train_record(fam, vis, seed, arm, policy, start)
+    :func:`record_dir`; return the latter's ``train.json``. A TRL policy folder (``trl_lr``
+    given: its GRPO learning rate) gets :func:`trl_train_record`."""
+    if trl_lr is not None:
+        record = trl_train_record(fam, vis, seed, arm, policy, start, trl_lr)
+    else:
+        record = train_record(fam, vis, seed, arm, policy, start)
     text = json.dumps(record, indent=2, sort_keys=True) + "\n"
     (policy / TRAIN_FILE).write_text(text, encoding="utf-8")
     where = record_dir(out, fam, vis, seed, arm)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from budget_envs.study.folder import policy_root, records_path, warm_root
+from budget_envs.study.provenance import write_train_record
 from budget_envs.study.spec import BASE, IMITATION, Family, StudySpec, arm_budget, quick_spec
 
 if TYPE_CHECKING:
@@ -292,6 +293,9 @@ def train_stage_trl(
                     process_max_cost=fam.process_max_cost or fam.generous,
                     **options,
                 )
+            start = None if arm == BASE else warm
+            lr = float(options["learning_rate"])
+            write_train_record(out, fam, vis, seed, arm, target, start, trl_lr=lr)
             done += 1
     if progress is not None:
         progress("train", done, total)
