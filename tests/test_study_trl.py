@@ -308,3 +308,24 @@ def test_every_trl_policy_has_a_train_record_a_reader_can_check(toy):
             rows = list(csv.DictReader(fh))
         turns = sum(float(r["turns_mean"]) * int(r["episodes"]) for r in rows)
         assert len(rows) == fam.iterations and rec["env_steps"] == round(turns)
+
+
+def test_rl_arms_train_to_the_reference_arms_env_steps(tmp_path):
+    """Every RL arm but ``fixed_generous`` trains until its episodes have taken the env steps
+    ``fixed_generous`` took in its ``Family.iterations`` steps (read from its metrics); the
+    reference must be trained first, and one that took no env step sets no limit."""
+    from budget_envs.study.trl_stage import REFERENCE_ARM, _steps_of
+
+    arms = ["base", REFERENCE_ARM, "mix", "fixed_tight"]
+    with pytest.raises(ValueError, match="must be trained before mix"):
+        _steps_of(tmp_path, "mix", arms)
+    ref = tmp_path / REFERENCE_ARM
+    ref.mkdir()
+    (ref / TRAIN_FILE).write_text("{}")
+    header = "step,episodes,turns_mean\n"
+    (ref / "metrics.csv").write_text(header + "1,8,12.5\n2,8,10.0\n")
+    assert _steps_of(tmp_path, "mix", arms) == 180 == _steps_of(tmp_path, "fixed_tight", arms)
+    assert _steps_of(tmp_path, REFERENCE_ARM, arms) is None
+    assert _steps_of(tmp_path, "mix", ["base", "mix"]) is None
+    (ref / "metrics.csv").write_text(header + "1,8,0.0\n")
+    assert _steps_of(tmp_path, "mix", arms) is None

@@ -119,3 +119,21 @@ def test_the_cli_resumes_a_stopped_run(runs, tmp_path):
     assert _rows(out) == _rows(root / "whole")
     again = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=900)
     assert again.returncode == 2 and "not a finished one" in again.stderr
+
+
+def test_max_env_steps_ends_grpo_after_the_step_that_reaches_them(tmp_path):
+    """With ``max_env_steps`` a run stops after the first GRPO step at which its episodes have
+    taken that many env steps, however many ``iterations`` it was allowed; the steps it ran are
+    the uncapped run's first ones. (Acting by scoring, every turn is an env step.)"""
+    from budget_envs.integrations.trl import train
+    from budget_envs.integrations.trl.training import env_steps
+
+    settings = {**SETTINGS, "iterations": 3, "lr_scheduler_type": "constant", "actions": "score"}
+    train(ENV_ID, out_dir=tmp_path / "all", **settings)
+    every = _rows(tmp_path / "all")
+    assert len(every) == 3
+    first = env_steps([{k: v for k, v in every[0].items()}])
+    assert first >= SETTINGS["batch_size"]  # every episode took at least one turn
+    train(ENV_ID, out_dir=tmp_path / "capped", max_env_steps=first + 1, **settings)
+    capped = _rows(tmp_path / "capped")
+    assert capped == every[:2]

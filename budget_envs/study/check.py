@@ -34,6 +34,7 @@ from budget_envs.integrations.trainers import study_probes
 from budget_envs.study.folder import load_study_records, records_path
 from budget_envs.study.provenance import TRAIN_FILE, record_dir
 from budget_envs.study.spec import BASE, IMITATION, RANDOM, Family, StudySpec
+from budget_envs.study.trl_stage import GRPO_EPISODES
 
 PREREGISTRATION = "PREREGISTRATION.md"
 DEVIATIONS = "DEVIATIONS.md"
@@ -189,8 +190,10 @@ def _training(spec: StudySpec, out: Path, fam: Family, vis: str, seed: int, say:
     }
     if steps:
         low, high = min(steps.values()), max(steps.values())
-        # 1%, or one episode at the generous T when that is more (runs of a few batches)
-        if high - low > max(STEPS_TOLERANCE * high, fam.generous):
+        # 1%, or one episode at the generous T when that is more (runs of a few batches); a
+        # GRPO arm stops after a whole step of episodes, so one step's worth for TRL
+        episode = fam.generous * (GRPO_EPISODES if spec.trainer == "trl" else 1)
+        if high - low > max(STEPS_TOLERANCE * high, episode):
             say(f"env steps differ by more than {STEPS_TOLERANCE:.0%}: {steps}")
         # the spec's PPO steps per RL arm (a GRPO arm's env steps follow from its episodes)
         rl = [a for a in steps if a != IMITATION and spec.trainer == "rllib"]

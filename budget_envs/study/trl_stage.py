@@ -50,6 +50,15 @@ TOKENS_PER_TURN = 320
 #: GRPO steps between the trainer checkpoints an arm resumes from after a kill (a session's
 #: end): a killed arm loses at most this many steps.
 RESUME_EVERY = 5
+#: The RL arm whose env steps (it runs ``Family.iterations`` GRPO steps) every other RL arm of
+#: its cell then trains to (``max_env_steps``), running at most :data:`STEP_CAP` times as many
+#: GRPO steps: a GRPO step is a number of episodes, and an arm at a tight T takes fewer turns
+#: per episode.
+REFERENCE_ARM = "fixed_generous"
+STEP_CAP = 4
+#: Episodes per GRPO step (4 per prompt): within one step of env steps is as equal as GRPO
+#: arms get (``budgetmix study --check`` allows that much at the generous T).
+GRPO_EPISODES = 8
 #: The file in a ``<folder>.tmp`` that holds the options its run started with: an unfinished
 #: run is resumed only with the same options.
 _STARTED = "study_started.json"
@@ -78,6 +87,7 @@ def trl_train_options(spec: StudySpec, fam: Family, vis: str, seed: int) -> dict
         learning_rate=TINY_LR if tiny else HUB_LR,
         max_turn_tokens=MAX_TURN_TOKENS,
         max_completion_length=TOKENS_PER_TURN * fam.generous,
+        batch_size=GRPO_EPISODES,
         chat_template_kwargs=None if tiny else {"enable_thinking": False},
     )
 
@@ -148,6 +158,24 @@ def _train_into(target: Path, summary: dict[str, Any], **options: Any) -> None:
     }
     (tmp / TRAIN_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     tmp.replace(target)
+
+
+def _steps_of(root: Path, arm: str, arms: list[str]) -> int | None:
+    """The env steps ``arm`` trains to: those :data:`REFERENCE_ARM` took (read from its
+    finished folder's metrics), or None for the reference itself, a spec without it, or a
+    reference that took none."""
+    import csv
+
+    from budget_envs.integrations.trl.training import METRICS_FILE, env_steps
+
+    if arm == REFERENCE_ARM or REFERENCE_ARM not in arms:
+        return None
+    path = root / REFERENCE_ARM / METRICS_FILE
+    if not _done(root / REFERENCE_ARM) or not path.is_file():
+        raise ValueError(f"{root / REFERENCE_ARM} must be trained before {arm} (its env steps)")
+    with open(path, newline="", encoding="utf-8") as fh:
+        steps = env_steps(list(csv.DictReader(fh)))
+    return steps or None
 
 
 def _resumable(tmp: Path, started: str) -> bool:
@@ -268,7 +296,8 @@ def train_stage_trl(
                 model=spec.model,
                 **options,
             )
-        for arm in spec.arms:
+        # the base, then the reference arm (the others train to its env steps), then the rest
+        for arm in sorted(spec.arms, key=lambda a: (a != BASE, a != REFERENCE_ARM)):
             target = root / arm
             policies.append(target)
             if progress is not None:
@@ -281,13 +310,19 @@ def train_stage_trl(
             else:
                 _check_same(warm, summaries["warm"])
                 budget = summaries[arm]["budget"]
+                steps = _steps_of(root, arm, spec.arms)
+                if steps is not None:
+                    summaries[arm] = {**summaries[arm], "max_env_steps": steps}
+                    summaries[arm]["iterations"] = fam.iterations * STEP_CAP
                 logger.info("GRPO %s %s %s s%d at T=%s", arm, fam.name, vis, seed, budget)
                 _train_into(
                     target,
                     summaries[arm],
                     env_id=fam.env_id,
                     budget=budget,
-                    iterations=fam.iterations,
+                    iterations=summaries[arm]["iterations"],
+                    max_env_steps=steps,
+                    lr_scheduler_type="constant",
                     model=str(warm),
                     process_reward=fam.process_reward if arm == "process" else None,
                     process_max_cost=fam.process_max_cost or fam.generous,

@@ -262,6 +262,7 @@ def _grpo_config(
     template_kwargs: dict[str, Any],
     seed: int,
     save_every: int = 0,
+    lr_scheduler_type: str | None = None,
 ) -> Any:
     """GRPOConfig for ``iterations`` steps on this machine (CPU unless CUDA is there; its own
     checkpoint every ``save_every`` steps, the last one kept, else none; a log every step, no
@@ -285,6 +286,7 @@ def _grpo_config(
         save_strategy="steps" if save_every else "no",
         save_steps=int(save_every) or 500,
         save_total_limit=1,
+        **({"lr_scheduler_type": lr_scheduler_type} if lr_scheduler_type else {}),
         logging_steps=1,
         seed=int(seed),
         disable_tqdm=True,
@@ -306,6 +308,7 @@ def _run_grpo(
     start: float,
     rows: list[dict[str, Any]] | None = None,
     resume_from: Path | None = None,
+    max_env_steps: int | None = None,
 ) -> Any:
     """GRPO through ``rollout``: each rollout batch's metrics row goes to ``metrics.csv`` after
     ``rows`` (and the sink) and its stop reasons into ``stop_counts``; ``resume_from``: the
@@ -335,7 +338,7 @@ def _run_grpo(
         train_dataset=dataset,
         processing_class=tokenizer,
         rollout_func=counting_rollout,
-        callbacks=[callback],
+        callbacks=[callback, _env_step_stop(rows_csv, max_env_steps)],
     )
     # With disable_tqdm, transformers adds a callback that prints every log dict to stdout;
     # the logs go to `progress` and the log instead.
@@ -345,6 +348,24 @@ def _run_grpo(
     finally:
         sink.close()
     return trainer
+
+
+def env_steps(rows: Sequence[dict[str, Any]]) -> int:
+    """The env steps (turns) the episodes of these ``metrics.csv`` rows took."""
+    return int(round(sum(float(r["turns_mean"]) * int(r["episodes"]) for r in rows)))
+
+
+def _env_step_stop(rows: list[dict[str, Any]], limit: int | None) -> Any:
+    """A trainer callback that ends GRPO after the step at which the episodes so far (``rows``,
+    the metrics rows) reach ``limit`` env steps (None: never)."""
+    from transformers import TrainerCallback
+
+    class _Stop(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):  # noqa: D102
+            if limit is not None and env_steps(rows) >= limit:
+                control.should_training_stop = True
+
+    return _Stop()
 
 
 def _rollout_for(env_id: str, model: str, *, show_actions: bool, **kwargs: Any) -> BudgetMixRollout:
@@ -393,6 +414,8 @@ def train(
     report_to: str | Sequence[str] | None = None,
     checkpoint_every: int = 0,
     resume: bool = False,
+    max_env_steps: int | None = None,
+    lr_scheduler_type: str | None = None,
 ) -> dict[str, Any]:
     """Train a policy on ``env_id``: warm start (tiny model), then GRPO via ``rollout_func``.
 
@@ -431,6 +454,11 @@ def train(
         resume: continue a run in ``out_dir`` that was stopped: from its last trainer
             checkpoint (a run with ``checkpoint_every``), with the settings it was started
             with; the metrics rows after that step are played again, with the same draws.
+        max_env_steps: end GRPO after the step at which its episodes have taken this many env
+            steps (``iterations`` stays the most steps it runs): arms of a study trained to the
+            same env steps whatever their budget (None: ``iterations`` steps).
+        lr_scheduler_type: GRPOConfig's (None: its default, linear decay over ``iterations``;
+            ``"constant"`` when ``max_env_steps`` may end a run early).
 
     Returns:
         Metrics: ``wall_time`` (seconds), ``warm_start_loss`` (first, last), ``log_history``
@@ -532,6 +560,7 @@ def train(
         template_kwargs=template_kwargs,
         seed=seed,
         save_every=checkpoint_every,
+        lr_scheduler_type=lr_scheduler_type,
     )
 
     trainer = _run_grpo(
@@ -548,6 +577,7 @@ def train(
         start=start,
         rows=rows,
         resume_from=resume_from,
+        max_env_steps=max_env_steps,
     )
     return metrics(
         save_policy(trainer.model, tokenizer, out, settings), list(trainer.state.log_history)
