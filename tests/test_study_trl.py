@@ -329,3 +329,100 @@ def test_rl_arms_train_to_the_reference_arms_env_steps(tmp_path):
     assert _steps_of(tmp_path, "mix", ["base", "mix"]) is None
     (ref / "metrics.csv").write_text(header + "1,8,0.0\n")
     assert _steps_of(tmp_path, "mix", arms) is None
+
+
+@pytest.fixture(scope="module")
+def lm_study(tmp_path_factory):
+    """A TRL study cell from a small decoder that ``--trainer sft`` wrote: base, one RL arm and
+    the imitation control (more SFT to the RL arm's env steps)."""
+    from dataclasses import replace
+
+    from budget_envs.integrations.lm.sft import train_sft
+
+    root = tmp_path_factory.mktemp("lm_study")
+    (fam,) = trl_quick_spec().families
+    train_sft(
+        fam.env_id,
+        out_dir=root / "sft",
+        budget=fam.generous,
+        env_kwargs=dict(fam.train_kwargs),
+        settings={"model": "scratch", "episodes": 4, "max_steps": 2, "scratch_hidden": 64},
+    )
+    spec = replace(
+        trl_quick_spec(), model=str(root / "sft"), arms=["base", "fixed_generous", "imitation"]
+    )
+    policies = train_stage_trl(spec, root / "study")
+    return spec, root / "study", policies
+
+
+def test_the_imitation_control_spends_the_rl_arms_env_steps_on_more_sft(lm_study):
+    from budget_envs.study.check import _training
+    from budget_envs.study.provenance import TRAIN_FILE as RECORD
+    from budget_envs.study.provenance import record_dir
+
+    spec, out, policies = lm_study
+    (fam,) = spec.families
+    records = {
+        arm: json.loads((record_dir(out, fam, VIS, SEED, arm) / RECORD).read_text())
+        for arm in spec.arms
+    }
+    rl, imitation = records["fixed_generous"], records["imitation"]
+    assert rl["kind"] == "grpo" and rl["env_steps"] >= 8  # acting by scoring: every turn counts
+    assert imitation["kind"] == "sft" and imitation["gradient_updates"] >= 1
+    # new oracle episodes until their turns reach the RL arm's: at most one episode more
+    assert rl["env_steps"] <= imitation["env_steps"] < rl["env_steps"] + fam.generous
+    assert imitation["start_sha256"] == records["base"]["result_sha256"] == rl["start_sha256"]
+    # the CLI keeps the imitation arm for a base that --trainer sft wrote, drops it otherwise
+    from budget_envs.cli import build_parser
+    from budget_envs.commands.study import _pick_spec
+
+    picked = _pick_spec(
+        build_parser().parse_args(["study", "--trainer", "trl", "--model", spec.model])
+    )
+    assert "imitation" in picked.arms
+    said = []
+    _training(spec, out, fam, VIS, SEED, said.append)
+    assert said == []
+    root = policy_root(out, fam, VIS, SEED)
+    meta = json.loads((root / "imitation" / "budgetmix_policy.json").read_text())
+    assert meta["trainer"] == "sft" and meta["actions"] == "score-mean"
+
+
+def test_a_trl_study_from_an_sft_folder_plays_its_arms_with_probes(lm_study, tmp_path):
+    """The eval stage of that cell: every arm plays as the lm agent and takes the probes."""
+    from budget_envs.eval.runner import load_records
+    from budget_envs.study.stages import eval_plans
+
+    spec, out, _ = lm_study
+    (fam,) = spec.families
+    plan = eval_plans(spec, out, fam, VIS, SEED)["episodes"]
+    assert plan.probe_states == fam.probe_states
+    from dataclasses import replace
+
+    from budget_envs.eval.runner import run_plan
+
+    small = replace(plan, tasks=1, samples=1)
+    run_plan(small, tmp_path / "run", workers=1)
+    recs = load_records(tmp_path / "run")
+    probes = [r for r in recs if r.get("record") == "probe"]
+    assert {r["agent"] for r in probes} >= {f"{arm}@s{SEED}" for arm in spec.arms}
+    assert not [r for r in recs if r.get("error")]
+
+
+def test_the_step_diagnosis_counts_every_oracle_state(lm_study):
+    """examples/lm_step_diagnosis.py on an SFT folder: one count per state of the oracle's path,
+    each share's numerator within its denominator."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    from lm_step_diagnosis import diagnose
+
+    spec, _, _ = lm_study
+    result = diagnose(spec.model, world=1, episodes=2)
+    steps = result["steps"]
+    assert result["episodes"] == 2 and steps["0"]["states"] == 2
+    for counts in steps.values():
+        for key in ("tool_right", "exact", "scored_right", "scored_submit"):
+            assert 0 <= counts[key] <= counts["states"]
+        assert 0 <= counts["ids_copied"] <= counts["ids_written"]
+    assert sum(c["states"] for c in steps.values()) >= 2 * 3  # level 1: at least 3 calls a task

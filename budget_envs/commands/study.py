@@ -101,10 +101,13 @@ def _pick_spec(args: argparse.Namespace) -> StudySpec:
         if args.model != "tiny":
             raise UsageError(f"--model {args.model} needs --trainer trl")
         return study.quick_spec() if args.quick else study.full_spec()
+    from budget_envs.integrations.trl.training import _sft_settings
     from budget_envs.study.trl_stage import trl_quick_spec
 
     spec = trl_quick_spec() if args.quick else study.full_spec()
-    arms = [a for a in spec.arms if a != study.IMITATION]  # the TRL stage has no imitation arm
+    # the imitation arm is more SFT, so it needs a base that --trainer sft wrote
+    sft = _sft_settings(args.model) is not None
+    arms = [a for a in spec.arms if a != study.IMITATION or sft]
     return replace(spec, trainer="trl", model=args.model, curve=None, arms=arms)
 
 

@@ -103,7 +103,16 @@ def trl_train_record(
     if (policy / RL_METRICS).is_file():
         with open(policy / RL_METRICS, newline="", encoding="utf-8") as fh:
             rows = list(csv.DictReader(fh))
-    if arm == BASE or not rows:
+    meta = json.loads((policy / "budgetmix_policy.json").read_text(encoding="utf-8"))
+    if arm == IMITATION:
+        out.update(
+            kind="sft",
+            episodes=int(meta.get("rows", 0)),
+            env_steps=int(meta.get("env_steps", 0)),
+            gradient_updates=int(meta.get("steps", 0)),
+            lr=(meta.get("settings") or {}).get("learning_rate"),
+        )
+    elif arm == BASE or not rows:
         out.update(kind="start", env_steps=None, iterations=0, gradient_updates=0, lr=None)
     else:
         episodes = sum(int(r["episodes"]) for r in rows)
@@ -116,7 +125,6 @@ def trl_train_record(
             gradient_updates=len(rows),
             lr=lr,
         )
-    meta = json.loads((policy / "budgetmix_policy.json").read_text(encoding="utf-8"))
     out["budget"] = meta.get("budget")
     out["start_sha256"] = weights_sha256(start) if start is not None else None
     out["result_sha256"] = weights_sha256(policy)
@@ -146,7 +154,7 @@ def write_train_record(
     where = record_dir(out, fam, vis, seed, arm)
     where.mkdir(parents=True, exist_ok=True)
     (where / TRAIN_FILE).write_text(text, encoding="utf-8")
-    metrics = policy / METRICS_OF.get(arm, RL_METRICS)
+    metrics = policy / (RL_METRICS if trl_lr is not None else METRICS_OF.get(arm, RL_METRICS))
     if metrics.exists():
         shutil.copyfile(metrics, where / metrics.name)
     return where / TRAIN_FILE

@@ -59,6 +59,14 @@ STEP_CAP = 4
 #: Episodes per GRPO step (4 per prompt): within one step of env steps is as equal as GRPO
 #: arms get (``budgetmix study --check`` allows that much at the generous T).
 GRPO_EPISODES = 8
+#: How a study from a ``--trainer sft`` folder acts, in GRPO and when played (every arm,
+#: imitation included): by scoring the offered actions, so a small model's every turn is valid.
+LM_ACTIONS = "score-mean"
+#: The imitation arm's demonstrations: reset seeds apart from the base's (``seed`` +
+#: :data:`IMITATION_SEED`), at most :data:`IMITATION_EPISODES_CAP` episodes (``max_env_steps``
+#: ends them first).
+IMITATION_SEED = 7_919
+IMITATION_EPISODES_CAP = 100_000
 #: The file in a ``<folder>.tmp`` that holds the options its run started with: an unfinished
 #: run is resumed only with the same options.
 _STARTED = "study_started.json"
@@ -76,9 +84,13 @@ def trl_train_options(spec: StudySpec, fam: Family, vis: str, seed: int) -> dict
     gets GRPOConfig's learning rate and ``enable_thinking=False`` in its chat template
     (ignored by templates without it), so a reply is one action.
     """
+    from budget_envs.integrations.trl.training import _sft_settings
+
     tiny = spec.model == "tiny"
     steps = math.ceil(fam.warm_start_epochs * fam.warm_start_episodes / WARM_START_BATCH)
+    sft = {"actions": LM_ACTIONS} if _sft_settings(spec.model) is not None else {}
     return dict(
+        **sft,
         visibility=vis,
         env_kwargs=dict(fam.train_kwargs),
         seed=seed,
@@ -214,17 +226,121 @@ def _link_copy(src: Path, dst: Path) -> None:
 
 
 def _refuse(spec: StudySpec) -> None:
-    """What the TRL train stage cannot do: learning-curve copies, the imitation arm."""
+    """What the TRL train stage cannot do: learning-curve copies, and the imitation arm unless
+    the base is a ``--trainer sft`` folder (more SFT continues its demonstrations)."""
+    from budget_envs.integrations.trl.training import _sft_settings
+
     if spec.curve is not None:
         raise ValueError(
             f"the TRL train stage writes no learning-curve checkpoints: give the spec "
             f"curve=None (got curve={spec.curve!r})"
         )
-    if IMITATION in spec.arms:
+    if IMITATION in spec.arms and _sft_settings(spec.model) is None:
         raise ValueError(
-            f"the TRL train stage has no {IMITATION!r} arm (more SFT from base): "
-            f"give the spec arms without it (got {spec.arms!r})"
+            f"the TRL train stage has no {IMITATION!r} arm (more SFT from base) unless --model "
+            f"is a folder `budgetmix train --trainer sft` wrote: give the spec arms without it "
+            f"(got {spec.arms!r}, model {spec.model!r})"
         )
+
+
+def _imitation_steps(root: Path, arms: list[str]) -> int:
+    """The mean env steps the cell's RL arms took (finished, read from their metrics): what the
+    imitation arm spends on more oracle demonstrations."""
+    import csv
+
+    from budget_envs.integrations.trl.training import METRICS_FILE, env_steps
+
+    steps = []
+    for arm in [a for a in arms if a not in (BASE, IMITATION)]:
+        path = root / arm / METRICS_FILE
+        if not _done(root / arm) or not path.is_file():
+            raise ValueError(f"{root / arm} must be trained before {IMITATION} (its env steps)")
+        with open(path, newline="", encoding="utf-8") as fh:
+            steps.append(env_steps(list(csv.DictReader(fh))))
+    mean = round(sum(steps) / len(steps)) if steps else 0
+    if mean < 1:
+        raise ValueError(f"the RL arms of {root} took no env step: {IMITATION} has none to match")
+    return mean
+
+
+def _imitate_into(
+    target: Path, summary: dict[str, Any], model: str, warm: Path, **run: Any
+) -> None:
+    """More SFT from ``warm`` on new oracle demonstrations until they reach ``summary``'s
+    ``max_env_steps``, with the SFT settings the base (``model``, a ``--trainer sft`` folder)
+    was made with (its learning rate, epochs, rendering), written whole as ``target``."""
+    from budget_envs.integrations.lm.sft import SFTSettings, train_sft
+    from budget_envs.integrations.trl.training import _sft_settings
+
+    base = SFTSettings.from_mapping(_sft_settings(model) or {})
+    keep = ("explore", "observation_loss", "epochs", "batch_size", "max_length")
+    settings = {k: getattr(base, k) for k in (*keep, "show_actions", "max_actions", "threads")}
+    settings.update(
+        model=str(warm),
+        lora=False,
+        learning_rate=base.lr,
+        episodes=IMITATION_EPISODES_CAP,
+        max_env_steps=int(summary["max_env_steps"]),
+    )
+    _clear(target)
+    tmp = target.with_name(target.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    result = train_sft(out_dir=tmp, settings=settings, **run)
+    policy_file = tmp / "budgetmix_policy.json"  # played as the RL arms act
+    meta = json.loads(policy_file.read_text(encoding="utf-8"))
+    policy_file.write_text(json.dumps({**meta, "actions": LM_ACTIONS}, indent=2) + "\n")
+    record = {**summary, "wall_time": result["wall_s"], "env_steps": result["env_steps"]}
+    (tmp / TRAIN_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(target)
+
+
+def _summaries(spec: StudySpec, fam: Family, vis: str, seed: int) -> dict[str, dict[str, Any]]:
+    """What each folder's :data:`TRAIN_FILE` of (family, visibility, seed) says about how it
+    was trained (the RL arms' env-step limits are added as they are set)."""
+    about = {"model": spec.model, "family": fam.name, "visibility": vis, "seed": seed}
+    return {
+        arm: {
+            "arm": arm,
+            "budget": fam.generous if arm == "warm" else arm_budget(arm, fam.tight, fam.generous),
+            "iterations": 0 if arm in ("warm", BASE) else fam.iterations,
+            **about,
+        }
+        for arm in ["warm", *spec.arms]
+    }
+
+
+def _grpo_arm(
+    target: Path,
+    root: Path,
+    arm: str,
+    arms: list[str],
+    fam: Family,
+    summaries: dict[str, dict[str, Any]],
+    warm: Path,
+    options: dict[str, Any],
+) -> None:
+    """GRPO of RL ``arm`` from ``warm`` under its budget: :data:`REFERENCE_ARM` for
+    ``Family.iterations`` steps, every other arm to the reference's env steps."""
+    budget = summaries[arm]["budget"]
+    steps = _steps_of(root, arm, arms)
+    if steps is not None:
+        summaries[arm] = {**summaries[arm], "max_env_steps": steps}
+        summaries[arm]["iterations"] = fam.iterations * STEP_CAP
+    logger.info("GRPO %s %s at T=%s into %s", arm, fam.name, budget, target)
+    _train_into(
+        target,
+        summaries[arm],
+        env_id=fam.env_id,
+        budget=budget,
+        iterations=summaries[arm]["iterations"],
+        max_env_steps=steps,
+        lr_scheduler_type="constant",
+        model=str(warm),
+        process_reward=fam.process_reward if arm == "process" else None,
+        process_max_cost=fam.process_max_cost or fam.generous,
+        **options,
+    )
 
 
 def train_stage_trl(
@@ -272,19 +388,7 @@ def train_stage_trl(
         warm = warm_root(out, fam, vis, seed)
         options = trl_train_options(spec, fam, vis, seed)
         options["report_to"] = report_to  # training logs only: not part of the design
-        about = {"model": spec.model, "family": fam.name, "visibility": vis, "seed": seed}
-        # what each folder's TRAIN_FILE says about how it was trained
-        summaries = {
-            arm: {
-                "arm": arm,
-                "budget": fam.generous
-                if arm == "warm"
-                else arm_budget(arm, fam.tight, fam.generous),
-                "iterations": 0 if arm in ("warm", BASE) else fam.iterations,
-                **about,
-            }
-            for arm in ["warm", *spec.arms]
-        }
+        summaries = _summaries(spec, fam, vis, seed)
         if not all(_done(root / arm) for arm in spec.arms) and not _done(warm):
             logger.info("warm start of %s %s s%d (%s)", fam.name, vis, seed, spec.model)
             _train_into(
@@ -297,7 +401,8 @@ def train_stage_trl(
                 **options,
             )
         # the base, then the reference arm (the others train to its env steps), then the rest
-        for arm in sorted(spec.arms, key=lambda a: (a != BASE, a != REFERENCE_ARM)):
+        order = lambda a: (a == IMITATION, a != BASE, a != REFERENCE_ARM)  # noqa: E731
+        for arm in sorted(spec.arms, key=order):
             target = root / arm
             policies.append(target)
             if progress is not None:
@@ -307,27 +412,25 @@ def train_stage_trl(
             elif arm == BASE:
                 _check_same(warm, summaries["warm"])
                 _link_copy(warm, target)
-            else:
+            elif arm == IMITATION:
                 _check_same(warm, summaries["warm"])
-                budget = summaries[arm]["budget"]
-                steps = _steps_of(root, arm, spec.arms)
-                if steps is not None:
-                    summaries[arm] = {**summaries[arm], "max_env_steps": steps}
-                    summaries[arm]["iterations"] = fam.iterations * STEP_CAP
-                logger.info("GRPO %s %s %s s%d at T=%s", arm, fam.name, vis, seed, budget)
-                _train_into(
+                summaries[arm] = {**summaries[arm], "iterations": 0}
+                summaries[arm]["max_env_steps"] = _imitation_steps(root, spec.arms)
+                logger.info("imitation %s %s s%d", fam.name, vis, seed)
+                _imitate_into(
                     target,
                     summaries[arm],
+                    spec.model,
+                    warm,
                     env_id=fam.env_id,
-                    budget=budget,
-                    iterations=summaries[arm]["iterations"],
-                    max_env_steps=steps,
-                    lr_scheduler_type="constant",
-                    model=str(warm),
-                    process_reward=fam.process_reward if arm == "process" else None,
-                    process_max_cost=fam.process_max_cost or fam.generous,
-                    **options,
+                    budget=fam.generous,
+                    visibility=vis,
+                    env_kwargs=dict(fam.train_kwargs),
+                    seed=IMITATION_SEED + seed,
                 )
+            else:
+                _check_same(warm, summaries["warm"])
+                _grpo_arm(target, root, arm, spec.arms, fam, summaries, warm, options)
             start = None if arm == BASE else warm
             lr = float(options["learning_rate"])
             write_train_record(out, fam, vis, seed, arm, target, start, trl_lr=lr)

@@ -67,6 +67,9 @@ class SFTSettings:
         lora: train a LoRA adapter (default: yes for a pretrained model, no for ``scratch``).
         lora_r, lora_alpha: the adapter's rank and scale (every linear layer is adapted).
         episodes: oracle demonstrations on the train split.
+        max_env_steps: stop playing demonstrations after the episode at which their turns
+            reach this many env steps (``episodes`` stays the most played; None: no limit), so
+            more imitation can spend as many env steps as an RL run.
         explore: the share of turns that play a random offered action (no loss on them).
         observation_loss: also label the env's replies (tool results, observations after the
             first), so the model learns the env's language as well as the oracle's actions:
@@ -88,6 +91,7 @@ class SFTSettings:
     lora_r: int = 16
     lora_alpha: int = 32
     episodes: int = 100
+    max_env_steps: int | None = None
     explore: float = 0.2
     observation_loss: bool = False
     epochs: float = 2.0
@@ -117,6 +121,11 @@ class SFTSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        steps = self.max_env_steps
+        if steps is not None and (
+            isinstance(steps, bool) or not isinstance(steps, int) or steps < 1
+        ):
+            raise ValueError(f"max_env_steps must be an int >= 1 or None, got {steps!r}")
         if not 0.0 <= float(self.explore) < 1.0:
             raise ValueError(f"explore must be in [0, 1), got {self.explore!r}")
         if float(self.epochs) <= 0:
@@ -153,12 +162,14 @@ def demonstrations(
     max_actions: int = MAX_SHOWN_ACTIONS,
     native_tools: bool = False,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    max_env_steps: int | None = None,
 ) -> list[dict[str, Any]]:
     """Oracle episodes on the train split (unless ``env_kwargs`` names a split), rendered as the
     ``lm`` agent renders them: one row per episode with ``system``, ``first`` (the first user
     message), ``turns`` (``action``, the ``observation`` rendered as the next user message, and
     ``oracle``: whether the action was the oracle's), ``messages`` (the same as chat messages),
-    the task and the outcome."""
+    the task and the outcome. With ``max_env_steps`` it stops after the episode at which the
+    turns played reach that many."""
     import numpy as np
 
     from budget_envs.integrations.common import make_env
@@ -207,6 +218,8 @@ def demonstrations(
             rows.append(row)
             if on_row is not None:
                 on_row(row)
+            if max_env_steps is not None and sum(len(r["turns"]) for r in rows) >= max_env_steps:
+                break
     finally:
         env.close()
     return rows
@@ -393,6 +406,7 @@ def _rows(
             show_actions=s.show_actions,
             max_actions=s.max_actions,
             on_row=on_row,
+            max_env_steps=s.max_env_steps,
         )
     with open(out / "sft_rows.jsonl", "w", encoding="utf-8") as fh:
         for row in rows:
@@ -427,6 +441,7 @@ def _policy_record(
         "settings": asdict(s),
         "parameters": n_params,
         "rows": len(rows),
+        "env_steps": int(sum(len(r.get("turns") or []) for r in rows)),
         "tokens": int(sum(len(e["input_ids"]) for e in encoded)),
         "trained_tokens": int(sum(sum(1 for t in e["labels"] if t != -100) for e in encoded)),
         "steps": steps,
