@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 from lm_grpo_section import grpo_section, smollm2_section  # examples/, beside this script
+from lm_step_diagnosis import diagnosis_section
 
 from budget_envs.eval.metrics import bootstrap_pass_at_kt, first_success_matrix
 from budget_envs.integrations.lm.models import MODELS
@@ -302,6 +303,7 @@ def write_page(root: Path) -> str:
     lines += _sft_sections(runs, missing)
     lines += grpo_section(ROOT / "study" / "lm" / "grpo-tooluse", missing)
     lines += smollm2_section(ROOT / "study" / "lm" / "grpo-smollm2", missing)
+    lines += diagnosis_section(ROOT / "study" / "lm" / "step-diagnosis", missing)
     lines += ["", "## Not yet run", ""]
     lines += [f"- {m}" for m in missing] or ["- nothing: every run is complete."]
     return "\n".join(lines) + "\n"
