@@ -201,8 +201,39 @@ def test_the_study_command_picks_the_trl_spec():
     assert spec.arms == [a for a in full_spec().arms if a != "imitation"]
     with pytest.raises(UsageError, match="--trainer trl"):
         _pick_spec(parse(["study", "--model", "Qwen/Qwen3-0.6B"]))
+    with pytest.raises(UsageError, match="--device needs --trainer trl"):
+        _pick_spec(parse(["study", "--device", "cuda"]))
     with pytest.raises(SystemExit):
         parse(["study", "--trainer", "ppo"])
+    # the GPU spec: the full design, its arms playing on the device; the CPU writes no device
+    gpu = _pick_spec(parse(["study", "--trainer", "trl", "--model", "m", "--device", "cuda"]))
+    assert (gpu.families, gpu.device) == (full_spec().families, "cuda")
+    assert "device" not in spec.to_json() and gpu.to_json()["device"] == "cuda"
+    assert _pick_spec(parse(["study", "--trainer", "trl", "--device", "cpu"])).device is None
+
+
+def test_a_study_on_a_device_plays_its_arms_there(tmp_path):
+    """``--device cuda``: every arm's agent spec carries the device; an RLlib folder refuses
+    one (it plays on the CPU only)."""
+    from dataclasses import replace
+
+    from budget_envs.integrations.policy_agent import PolicyAgent
+    from budget_envs.study import quick_spec
+    from budget_envs.study.stages import eval_plans
+
+    spec = replace(trl_quick_spec(), device="cuda")
+    (fam,) = spec.families
+    plan = eval_plans(spec, tmp_path, fam, VIS, SEED)["episodes"]
+    arms = {n: a for n, a in plan.agents.items() if "@s" in n}
+    assert arms and all(a.endswith(",device=cuda") for a in arms.values())
+    assert plan.agents["random"] == "random"
+    with pytest.raises(ValueError, match="needs trainer 'trl'"):
+        replace(quick_spec(), device="cuda")
+    folder = tmp_path / "rllib"
+    folder.mkdir()
+    (folder / "policy.json").write_text(json.dumps({"trainer": "rllib"}))
+    with pytest.raises(ValueError, match="CPU only"):
+        PolicyAgent(path=folder, device="cuda")
 
 
 def test_the_trl_stage_refuses_a_learning_curve_and_the_imitation_arm(tmp_path):
@@ -380,6 +411,14 @@ def test_the_imitation_control_spends_the_rl_arms_env_steps_on_more_sft(lm_study
         build_parser().parse_args(["study", "--trainer", "trl", "--model", spec.model])
     )
     assert "imitation" in picked.arms
+    # ... and, on the CPU, sizes the study for a language model (lm_cpu_spec)
+    from dataclasses import replace
+
+    from budget_envs.study.trl_stage import lm_cpu_spec
+
+    assert picked == replace(lm_cpu_spec(), model=spec.model)
+    assert [f.name for f in picked.families] == ["alfworld"]
+    assert all(f.eval_tasks == 50 and f.eval_samples == 4 for f in picked.families)
     said = []
     _training(spec, out, fam, VIS, SEED, said.append)
     assert said == []
@@ -407,6 +446,11 @@ def test_a_trl_study_from_an_sft_folder_plays_its_arms_with_probes(lm_study, tmp
     probes = [r for r in recs if r.get("record") == "probe"]
     assert {r["agent"] for r in probes} >= {f"{arm}@s{SEED}" for arm in spec.arms}
     assert not [r for r in recs if r.get("error")]
+    # --device reaches the lm agent that plays a policy folder
+    from budget_envs.integrations.policy_agent import PolicyAgent
+
+    base = policy_root(out, fam, VIS, SEED) / "base"
+    assert PolicyAgent(path=base, device="cpu").player.device == "cpu"
 
 
 def test_the_step_diagnosis_counts_every_oracle_state(lm_study):

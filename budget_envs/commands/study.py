@@ -46,8 +46,17 @@ def add_study_parser(sub: Any) -> None:
         "--model",
         default="tiny",
         metavar="NAME",
-        help="(trl only) tiny (default: the offline tiny model, warm-started on oracle episodes) "
-        "or a Hugging Face model name or path (used as it is for base; GRPO from it)",
+        help="(trl only) tiny (default: the offline tiny model, warm-started on oracle episodes), "
+        "a folder `budgetmix train --trainer sft` wrote (base; the CPU-sized language-model "
+        "study, with the imitation arm) or a Hugging Face model name or path (used as it is "
+        "for base; GRPO from it)",
+    )
+    st.add_argument(
+        "--device",
+        default=None,
+        metavar="DEVICE",
+        help="(trl only) where the language-model arms play: cuda runs the full design (the GPU "
+        "spec); default the CPU (with an SFT folder as --model: the CPU-sized study)",
     )
     st.add_argument(
         "--family",
@@ -91,24 +100,32 @@ def add_study_parser(sub: Any) -> None:
 
 
 def _pick_spec(args: argparse.Namespace) -> StudySpec:
-    """The spec of ``--quick``, ``--trainer`` and ``--model`` (which needs ``--trainer trl``).
+    """The spec of ``--quick``, ``--trainer``, ``--model`` and ``--device`` (the last two need
+    ``--trainer trl``).
 
-    With TRL the full study has no learning curve (its stage writes no curve checkpoints).
+    With TRL the full study has no learning curve (its stage writes no curve checkpoints); an
+    SFT folder as ``--model`` on the CPU gets :func:`~budget_envs.study.trl_stage.lm_cpu_spec`,
+    anything else (a Hub model, or ``--device cuda``) the full design.
     """
     from budget_envs import study
 
+    device = None if args.device in (None, "", "cpu") else str(args.device)
     if args.trainer != "trl":
-        if args.model != "tiny":
-            raise UsageError(f"--model {args.model} needs --trainer trl")
+        for flag, value in (("--model", args.model != "tiny"), ("--device", device)):
+            if value:
+                raise UsageError(f"{flag} needs --trainer trl")
         return study.quick_spec() if args.quick else study.full_spec()
     from budget_envs.integrations.trl.training import _sft_settings
-    from budget_envs.study.trl_stage import trl_quick_spec
+    from budget_envs.study.trl_stage import lm_cpu_spec, trl_quick_spec
 
-    spec = trl_quick_spec() if args.quick else study.full_spec()
     # the imitation arm is more SFT, so it needs a base that --trainer sft wrote
     sft = _sft_settings(args.model) is not None
+    if args.quick:
+        spec = trl_quick_spec()
+    else:
+        spec = lm_cpu_spec() if sft and device is None else study.full_spec()
     arms = [a for a in spec.arms if a != study.IMITATION or sft]
-    return replace(spec, trainer="trl", model=args.model, curve=None, arms=arms)
+    return replace(spec, trainer="trl", model=args.model, curve=None, arms=arms, device=device)
 
 
 def _check(saved: Path, out: TextIO) -> int:

@@ -27,9 +27,10 @@ def load_lm(
     greedy: bool = False,
     check_visibility: bool = True,
     trust: bool = False,
+    device: str | None = None,
 ) -> Any:
-    """The ``lm`` agent on ``folder`` (greedy: temperature 0, else 0.7); ``trust`` is unused
-    (Hugging Face folders load safetensors only)."""
+    """The ``lm`` agent on ``folder`` (greedy: temperature 0, else 0.7) on ``device`` (default
+    the lm agent's); ``trust`` is unused (Hugging Face folders load safetensors only)."""
     from budget_envs.integrations.lm.agent import LMAgent
 
     return LMAgent(
@@ -39,6 +40,7 @@ def load_lm(
         show_actions=bool((meta.get("settings") or meta).get("show_actions", True)),
         temperature=0.0 if greedy else 0.7,
         name=f"policy:{Path(folder).name}",
+        **({} if device is None else {"device": device}),
     )
 
 
@@ -50,13 +52,20 @@ def load_trl(
     greedy: bool = False,
     check_visibility: bool = True,
     trust: bool = False,
+    device: str | None = None,
 ) -> Any:
     """The TRL integration's policy agent on ``folder`` (it samples as its rollout did, so
     ``greedy`` is not its to change); a folder trained with the ``lm`` rendering goes to
     :func:`load_lm`."""
     if meta.get("render") == "lm":
         return load_lm(
-            folder, meta, seed=seed, greedy=greedy, check_visibility=check_visibility, trust=trust
+            folder,
+            meta,
+            seed=seed,
+            greedy=greedy,
+            check_visibility=check_visibility,
+            trust=trust,
+            device=device,
         )
     try:
         from budget_envs.integrations import trl
@@ -68,4 +77,5 @@ def load_trl(
             f"{folder} is a Hugging Face model folder, but this install's TRL integration "
             "has no load_policy() to play it"
         )
-    return load(str(folder), seed=seed, check_visibility=check_visibility)
+    extra = {} if device is None else {"device": device}
+    return load(str(folder), seed=seed, check_visibility=check_visibility, **extra)

@@ -54,6 +54,8 @@ class PolicyAgent:
             ``module.safetensors``): unpickling runs any code the file names, so only for a
             folder you trained yourself (``--trust-policy`` on the command line).
         name: the agent's name in records (default: the loader's, ``policy:<folder name>``).
+        device: where a language-model policy plays (``cuda``, ``cuda:1``, ``cpu``; default
+            the CPU); refused for an RLlib folder, which always plays on the CPU.
 
     Attributes:
         trainer: the name of the trainer that wrote the folder (its row of the trainer table).
@@ -70,6 +72,7 @@ class PolicyAgent:
         check_visibility: bool = True,
         trust: bool = False,
         name: str | None = None,
+        device: str | None = None,
     ) -> None:
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {seed!r}")
@@ -92,6 +95,9 @@ class PolicyAgent:
         self.trainer = entry.name
         self.visibility = self.meta.get("visibility")
         load = entry.policy_loader()
+        extra = {} if device in (None, "") else {"device": str(device)}
+        if extra and entry.name == "rllib":
+            raise ValueError(f"device={device}: an RLlib policy folder plays on the CPU only")
         self.player = load(
             folder,
             self.meta,
@@ -99,6 +105,7 @@ class PolicyAgent:
             greedy=greedy,
             check_visibility=check_visibility,
             trust=trust,
+            **extra,
         )
         self.name = name or getattr(self.player, "name", None) or f"policy:{folder.name}"
 

@@ -65,7 +65,7 @@ def write_study_report(
     figures: bool = True,
     compare_with: str | os.PathLike | None = None,
 ) -> StudyReport:
-    """Tables (``out/tables/``) and figures (``<docs folder>/img/study/``) from the records, and
+    """Tables (``out/tables/``) and figures (``<docs folder>/img/<docs stem>/``) from the records, and
     the generated section of ``docs`` between its study markers (the file is created when
     missing; the text around the markers is kept). Tables hold no times and no paths, so the
     same records give the same bytes. ``compare_with``: another study's folder (its
@@ -100,7 +100,7 @@ def write_study_report(
     md = [line for table in sections for line in table.markdown]
 
     figs: list[Path] = []
-    img = Path(docs).parent / "img" / "study"
+    img = Path(docs).parent / "img" / Path(docs).stem  # docs/study.md: docs/img/study
     if figures:
         figs = draw_figures(spec, surfaces, diffs, steps, img, analysis.curve)
     if figs:

@@ -178,6 +178,9 @@ class StudySpec:
     #: Reference agents (name -> agent spec, e.g. ``{"oracle": "oracle"}``) evaluated beside the
     #: arms and random in the same runs (same tasks, same episode seeds); not trained.
     references: dict[str, str] = field(default_factory=dict)
+    #: Where the language-model arms play in the eval stage (``cuda``; None: the CPU). TRL
+    #: trains where accelerate finds a GPU. Not written to ``study.json`` when None.
+    device: str | None = None
 
     def __post_init__(self) -> None:
         if not self.families:
@@ -199,6 +202,8 @@ class StudySpec:
                 f"trainer must be one the study trains with {study_trainers()}, "
                 f"got {self.trainer!r}"
             )
+        if self.device is not None and (self.trainer != "trl" or not self.device):
+            raise ValueError(f"device {self.device!r} needs trainer 'trl' (a language model)")
         if self.curve is not None:
             for fam, seed in self.curves:
                 fams = {f.name: f for f in self.families}
@@ -254,7 +259,10 @@ class StudySpec:
         return sorted(fam.curve_iterations)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if data["device"] is None:  # the CPU: study.json as before the field existed
+            del data["device"]
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StudySpec:

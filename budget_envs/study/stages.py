@@ -322,7 +322,8 @@ def eval_plans(spec: StudySpec, out: Path, fam: Family, vis: str, seed: int) -> 
     from budget_envs.eval.runner import EvalPlan
 
     root = policy_root(out, fam, vis, seed)
-    arms = {agent_name(arm, seed): f"policy:{root / arm}" for arm in spec.arms}
+    on = "" if spec.device is None else f",device={spec.device}"
+    arms = {agent_name(arm, seed): f"policy:{root / arm}{on}" for arm in spec.arms}
     curve = {
         agent_name(curve_agent(RL, fam.steps(i)), seed): "policy:"
         + str(curve_root(out, fam, vis, seed) / curve_agent(RL, fam.steps(i)))

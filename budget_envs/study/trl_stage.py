@@ -23,12 +23,27 @@ from typing import TYPE_CHECKING, Any
 
 from budget_envs.study.folder import policy_root, records_path, warm_root
 from budget_envs.study.provenance import write_train_record
-from budget_envs.study.spec import BASE, IMITATION, Family, StudySpec, arm_budget, quick_spec
+from budget_envs.study.spec import (
+    BASE,
+    IMITATION,
+    Family,
+    StudySpec,
+    arm_budget,
+    full_spec,
+    quick_spec,
+)
 
 if TYPE_CHECKING:
     from budget_envs.study.stages import Progress
 
-__all__ = ["TRAIN_FILE", "train_stage_trl", "trl_quick_spec", "trl_train_options"]
+__all__ = [
+    "LM_GRPO_STEPS",
+    "TRAIN_FILE",
+    "lm_cpu_spec",
+    "train_stage_trl",
+    "trl_quick_spec",
+    "trl_train_options",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -476,4 +491,45 @@ def trl_quick_spec() -> StudySpec:
         n_boot=200,
         trainer="trl",
         model="tiny",
+    )
+
+
+#: GRPO steps of the reference arm (:data:`REFERENCE_ARM`) per cell of :func:`lm_cpu_spec`.
+LM_GRPO_STEPS = 6
+
+
+def lm_cpu_spec() -> StudySpec:
+    """The language-model study on 2 CPU cores (``budgetmix study --trainer trl --model DIR``
+    with ``DIR`` a folder ``--trainer sft`` wrote on the family's train tasks): the
+    pre-registered ALFWorld small scenes family of :func:`~budget_envs.study.spec.full_spec`
+    (where the budget binds; its budgets and unseen tasks) and its six arms, sized for a policy
+    that scores its actions token by token on a CPU.
+
+    Budget hidden, training seeds 0-2. Per cell: :data:`LM_GRPO_STEPS` GRPO steps of
+    :data:`GRPO_EPISODES` episodes for the reference arm, the other RL arms to its env steps,
+    the imitation arm as many env steps of more SFT; 50 unseen tasks x 4 samples at the grid's
+    largest T with 2 single-step probe states on and off the oracle's path per task, 2 fault
+    samples per task with one fault at turn 2. No learning curve and no budget-visible cells
+    (the GPU spec, ``--device cuda``, runs the full design). One ``--model`` is one family's
+    base, so ToolUse level 1 is not in it (the small decoder wins none of its unseen tasks:
+    docs/reference-results.md).
+    """
+    full = {f.name: f for f in full_spec().families}
+    sizes = dict(
+        iterations=LM_GRPO_STEPS,
+        curve_iterations=[],
+        eval_tasks=50,
+        eval_samples=4,
+        fault_samples=2,
+        fault_turns=[2],
+        probe_states=2,
+        seeds=None,
+    )
+    return StudySpec(
+        families=[replace(full["alfworld"], **sizes)],
+        arms=["base", "fixed_generous", "fixed_tight", "mix", "process", "imitation"],
+        visibilities=["hidden"],
+        seeds=[0, 1, 2],
+        trainer="trl",
+        model="scratch",
     )

@@ -70,6 +70,7 @@ class PolicyAgent:
         threads: int | None = None,
         seed: int = 0,
         check_visibility: bool = True,
+        device: str | None = None,
     ) -> None:
         if not isinstance(check_visibility, bool):
             raise TypeError(f"check_visibility must be true or false, got {check_visibility!r}")
@@ -83,6 +84,7 @@ class PolicyAgent:
         self.name = name
         self.temperature = temperature
         self.threads = threads
+        self.device = None if device in (None, "") else str(device)
         self.seed = int(seed)
         self.check_visibility = check_visibility
         self._model: Any = None
@@ -108,6 +110,8 @@ class PolicyAgent:
             torch.set_num_threads(int(self.threads))
         self._tokenizer = AutoTokenizer.from_pretrained(self.model_dir, padding_side="left")
         self._model = AutoModelForCausalLM.from_pretrained(self.model_dir, use_safetensors=True)
+        if self.device is not None:
+            self._model.to(self.device)
         self._model.eval()
         self._dialogue = _Dialogue(
             self._tokenizer,
@@ -197,6 +201,7 @@ def load_policy(
     name: str | None = None,
     temperature: float | None = None,
     threads: int | None = None,
+    device: str | None = None,
 ) -> PolicyAgent:
     """A policy folder written by ``train`` as an eval agent (what ``policy:DIR`` plays).
 
@@ -211,4 +216,5 @@ def load_policy(
         check_visibility=check_visibility,
         temperature=temperature,
         threads=threads,
+        device=device,
     )
