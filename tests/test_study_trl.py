@@ -425,6 +425,13 @@ def test_the_imitation_control_spends_the_rl_arms_env_steps_on_more_sft(lm_study
     root = policy_root(out, fam, VIS, SEED)
     meta = json.loads((root / "imitation" / "budgetmix_policy.json").read_text())
     assert meta["trainer"] == "sft" and meta["actions"] == "score-mean"
+    # every arm samples its scored actions at the study's temperature, as trained
+    from budget_envs.integrations.policy_agent import PolicyAgent
+    from budget_envs.study.trl_stage import LM_TEMPERATURE
+
+    for arm in spec.arms:
+        assert PolicyAgent(path=root / arm).player.temperature == LM_TEMPERATURE, arm
+    assert PolicyAgent(path=root / "base", greedy=True).player.temperature == 0.0
 
 
 def test_a_trl_study_from_an_sft_folder_plays_its_arms_with_probes(lm_study, tmp_path):

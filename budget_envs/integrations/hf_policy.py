@@ -29,8 +29,10 @@ def load_lm(
     trust: bool = False,
     device: str | None = None,
 ) -> Any:
-    """The ``lm`` agent on ``folder`` (greedy: temperature 0, else 0.7) on ``device`` (default
-    the lm agent's); ``trust`` is unused (Hugging Face folders load safetensors only)."""
+    """The ``lm`` agent on ``folder`` on ``device`` (default the lm agent's), sampling at the
+    temperature the folder was trained with (its policy file's ``temperature``: what a GRPO run
+    wrote; else 0.7) or, ``greedy``, at 0; ``trust`` is unused (Hugging Face folders load
+    safetensors only)."""
     from budget_envs.integrations.lm.agent import LMAgent
 
     return LMAgent(
@@ -38,7 +40,7 @@ def load_lm(
         seed=seed,
         check_visibility=check_visibility,
         show_actions=bool((meta.get("settings") or meta).get("show_actions", True)),
-        temperature=0.0 if greedy else 0.7,
+        temperature=0.0 if greedy else float(meta.get("temperature", 0.7)),
         name=f"policy:{Path(folder).name}",
         **({} if device is None else {"device": device}),
     )

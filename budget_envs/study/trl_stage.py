@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LM_GRPO_STEPS",
+    "LM_TEMPERATURE",
     "TRAIN_FILE",
     "lm_cpu_spec",
     "train_stage_trl",
@@ -81,6 +82,10 @@ LM_ACTIONS = "score-mean"
 #: :data:`IMITATION_SEED`), at most :data:`IMITATION_EPISODES_CAP` episodes (``max_env_steps``
 #: ends them first).
 IMITATION_SEED = 7_919
+#: The sampling temperature of a study from a ``--trainer sft`` folder, over the scores of the
+#: offered actions (mean log-probability per token), in GRPO and when played, every arm alike:
+#: those scores lie close together, so at 0.7 a small decoder's pick is near uniform.
+LM_TEMPERATURE = 0.25
 IMITATION_EPISODES_CAP = 100_000
 #: The file in a ``<folder>.tmp`` that holds the options its run started with: an unfinished
 #: run is resumed only with the same options.
@@ -97,13 +102,16 @@ def trl_train_options(spec: StudySpec, fam: Family, vis: str, seed: int) -> dict
     turn of ``generous``). The PPO sizes (``batch_size``, ``minibatch_size``, ``num_epochs``) do
     not apply: a GRPO step is ``train``'s default of 8 episodes (4 per prompt). A Hub model
     gets GRPOConfig's learning rate and ``enable_thinking=False`` in its chat template
-    (ignored by templates without it), so a reply is one action.
+    (ignored by templates without it), so a reply is one action. A ``--trainer sft`` folder's
+    study acts by :data:`LM_ACTIONS` at :data:`LM_TEMPERATURE`.
     """
     from budget_envs.integrations.trl.training import _sft_settings
 
     tiny = spec.model == "tiny"
     steps = math.ceil(fam.warm_start_epochs * fam.warm_start_episodes / WARM_START_BATCH)
-    sft = {"actions": LM_ACTIONS} if _sft_settings(spec.model) is not None else {}
+    sft = {}
+    if _sft_settings(spec.model) is not None:
+        sft = {"actions": LM_ACTIONS, "temperature": LM_TEMPERATURE}
     return dict(
         **sft,
         visibility=vis,
@@ -304,7 +312,8 @@ def _imitate_into(
     result = train_sft(out_dir=tmp, settings=settings, **run)
     policy_file = tmp / "budgetmix_policy.json"  # played as the RL arms act
     meta = json.loads(policy_file.read_text(encoding="utf-8"))
-    policy_file.write_text(json.dumps({**meta, "actions": LM_ACTIONS}, indent=2) + "\n")
+    played = {"actions": LM_ACTIONS, "temperature": LM_TEMPERATURE}
+    policy_file.write_text(json.dumps({**meta, **played}, indent=2) + "\n")
     record = {**summary, "wall_time": result["wall_s"], "env_steps": result["env_steps"]}
     (tmp / TRAIN_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     tmp.replace(target)
