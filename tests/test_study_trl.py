@@ -398,6 +398,11 @@ def test_the_imitation_control_spends_the_rl_arms_env_steps_on_more_sft(lm_study
         for arm in spec.arms
     }
     rl, imitation = records["fixed_generous"], records["imitation"]
+    # GRPO from a scratch decoder's SFT folder trains at SCRATCH_LR; the record says its T
+    from budget_envs.study.trl_stage import SCRATCH_LR, trl_train_options
+
+    assert trl_train_options(spec, fam, VIS, SEED)["learning_rate"] == rl["lr"] == SCRATCH_LR
+    assert rl["budget"] == fam.generous
     assert rl["kind"] == "grpo" and rl["env_steps"] >= 8  # acting by scoring: every turn counts
     assert imitation["kind"] == "sft" and imitation["gradient_updates"] >= 1
     # new oracle episodes until their turns reach the RL arm's: at most one episode more

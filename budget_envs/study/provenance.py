@@ -125,7 +125,9 @@ def trl_train_record(
             gradient_updates=len(rows),
             lr=lr,
         )
-    out["budget"] = meta.get("budget")
+    trained = policy / "study_train.json"  # the TRL stage's summary: a TRL folder's budget
+    summary = json.loads(trained.read_text(encoding="utf-8")) if trained.is_file() else {}
+    out["budget"] = meta.get("budget", summary.get("budget"))
     out["start_sha256"] = weights_sha256(start) if start is not None else None
     out["result_sha256"] = weights_sha256(policy)
     return out

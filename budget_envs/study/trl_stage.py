@@ -58,6 +58,9 @@ WARM_START_BATCH = 8
 #: own default; ``StudySpec.lr`` is PPO's and is not used).
 TINY_LR = 1e-3
 HUB_LR = 1e-6
+#: GRPO's learning rate from a ``--trainer sft`` folder of the small decoder built from scratch
+#: (``model=scratch``; a Hub model's SFT folder trains at :data:`HUB_LR`).
+SCRATCH_LR = 1e-4
 #: Token limits of a rollout: one reply (a ToolUse tool call is up to about 60 tokens), and the
 #: whole episode per turn of the family's generous T (so the budget, not the token limit, ends
 #: an episode that keeps going).
@@ -109,9 +112,12 @@ def trl_train_options(spec: StudySpec, fam: Family, vis: str, seed: int) -> dict
 
     tiny = spec.model == "tiny"
     steps = math.ceil(fam.warm_start_epochs * fam.warm_start_episodes / WARM_START_BATCH)
-    sft = {}
-    if _sft_settings(spec.model) is not None:
+    sft: dict[str, Any] = {}
+    made = _sft_settings(spec.model)
+    lr = TINY_LR if tiny else HUB_LR
+    if made is not None:
         sft = {"actions": LM_ACTIONS, "temperature": LM_TEMPERATURE}
+        lr = SCRATCH_LR if made.get("model") == "scratch" else lr
     return dict(
         **sft,
         visibility=vis,
@@ -119,7 +125,7 @@ def trl_train_options(spec: StudySpec, fam: Family, vis: str, seed: int) -> dict
         seed=seed,
         warm_start_episodes=fam.warm_start_episodes,
         warm_start_steps=steps if tiny else 0,
-        learning_rate=TINY_LR if tiny else HUB_LR,
+        learning_rate=lr,
         max_turn_tokens=MAX_TURN_TOKENS,
         max_completion_length=TOKENS_PER_TURN * fam.generous,
         batch_size=GRPO_EPISODES,
@@ -504,7 +510,7 @@ def trl_quick_spec() -> StudySpec:
 
 
 #: GRPO steps of the reference arm (:data:`REFERENCE_ARM`) per cell of :func:`lm_cpu_spec`.
-LM_GRPO_STEPS = 6
+LM_GRPO_STEPS = 16
 
 
 def lm_cpu_spec() -> StudySpec:
