@@ -88,5 +88,9 @@ study-check: setup
 	@ls study/records/*.jsonl.gz >/dev/null
 	$(BIN)/budgetmix study --report-only --quiet
 	$(BIN)/budgetmix study --check
+	$(BIN)/budgetmix study --report-only --quiet --out study/lm/study --docs docs/study-lm.md \
+		--compare-with study
+	$(BIN)/budgetmix study --check --out study/lm/study
 	$(BIN)/python examples/reference_results.py
-	git diff --exit-code -- study/tables docs/study.md docs/reference-results.md
+	git diff --exit-code -- study/tables docs/study.md study/lm/study/tables docs/study-lm.md \
+		docs/reference-results.md

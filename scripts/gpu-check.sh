@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU route, on one GPU in a few minutes (outside CI): a few SFT steps of a Hub model on
 # oracle demonstrations, then a few evaluation episodes of the result through the lm agent on
-# CUDA, then two GRPO steps of the TRL trainer from it.
+# CUDA, then two GRPO steps of the TRL trainer from it, then one study cell at the pipeline
+# check's size (`budgetmix study --quick --trainer trl`) from the SFT folder, its arms on CUDA.
 #   MODEL   a Hub id or a local model folder (default Qwen/Qwen3-0.6B; offline machines: a
 #           folder copied there, e.g. one `budgetmix prepare model smollm2-135m` wrote)
 #   OUT     where the runs go (default runs/gpu-check)
@@ -23,4 +24,6 @@ time "$BIN/budgetmix" eval "$ENV_ID" --env-kwargs '{"level": 1, "world_seed": 1}
   --agent "sft=lm:model=$OUT/sft,device=cuda,dtype=bfloat16,temperature=0.7,concurrency=8"
 time "$BIN/budgetmix" train "$ENV_ID" --trainer trl --budget 6 --env-kwargs "$KW" --iterations 2 \
   --trl-kwargs "{\"model\": \"$OUT/sft\"}" --out "$OUT/grpo"
+time "$BIN/budgetmix" study --quick --trainer trl --model "$OUT/sft" --device cuda --workers 1 \
+  --out "$OUT/study" --docs "$OUT/study/study.md" --no-figures
 echo "gpu-check: done ($OUT)"

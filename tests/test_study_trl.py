@@ -424,6 +424,10 @@ def test_the_imitation_control_spends_the_rl_arms_env_steps_on_more_sft(lm_study
     assert picked == replace(lm_cpu_spec(), model=spec.model)
     assert [f.name for f in picked.families] == ["alfworld"]
     assert all(f.eval_tasks == 50 and f.eval_samples == 4 for f in picked.families)
+    # scripts/gpu-check.sh's study cell: the pipeline check's sizes from that folder, on CUDA
+    args = ["study", "--quick", "--trainer", "trl", "--model", spec.model, "--device", "cuda"]
+    gpu = _pick_spec(build_parser().parse_args(args))
+    assert gpu == replace(trl_quick_spec(), model=spec.model, device="cuda")
     said = []
     _training(spec, out, fam, VIS, SEED, said.append)
     assert said == []

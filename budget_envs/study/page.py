@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from budget_envs.study.compute import compute_table
 from budget_envs.study.contrasts import ContrastResult, analyse
 from budget_envs.study.figures import draw_figures
 from budget_envs.study.folder import load_study_records
@@ -95,6 +96,7 @@ def write_study_report(
         turns_table(spec, records),
         difference_table(spec, diffs),
         step_recovery_table(steps),
+        compute_table(spec, out, records),
     ]
     tables = [table.write(tables_dir) for table in sections]
     md = [line for table in sections for line in table.markdown]

@@ -128,6 +128,8 @@ def trl_train_record(
     trained = policy / "study_train.json"  # the TRL stage's summary: a TRL folder's budget
     summary = json.loads(trained.read_text(encoding="utf-8")) if trained.is_file() else {}
     out["budget"] = meta.get("budget", summary.get("budget"))
+    if summary.get("wall_time") is not None:  # minutes of the cell, on the page
+        out["wall_time"] = round(float(summary["wall_time"]), 1)
     out["start_sha256"] = weights_sha256(start) if start is not None else None
     out["result_sha256"] = weights_sha256(policy)
     return out

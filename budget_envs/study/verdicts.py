@@ -193,18 +193,20 @@ def design_record_table(out: Path) -> Table:
     from budget_envs.study.check import DEVIATIONS, PREREGISTRATION, sha256_file
 
     pre, dev = out / PREREGISTRATION, out / DEVIATIONS
+    # named from the repository's root as the page's readers run the commands
+    folder = "study" if out.is_absolute() else out.as_posix()
     md: list[str] = []
     rows = [[p.name, sha256_file(p)] for p in (pre, dev) if p.exists()]
     if pre.exists():
         md += [
-            f"### The pre-registration (study/{PREREGISTRATION}, sha256 `{sha256_file(pre)}`)",
+            f"### The pre-registration ({folder}/{PREREGISTRATION}, sha256 `{sha256_file(pre)}`)",
             "",
             *_demoted(pre.read_text(encoding="utf-8")),
             "",
         ]
     if dev.exists():
         md += [
-            f"### Deviations (study/{DEVIATIONS})",
+            f"### Deviations ({folder}/{DEVIATIONS})",
             "",
             *_demoted(dev.read_text(encoding="utf-8")),
             "",
