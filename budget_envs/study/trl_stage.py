@@ -340,6 +340,22 @@ def _summaries(spec: StudySpec, fam: Family, vis: str, seed: int) -> dict[str, d
     }
 
 
+def _arm_summary(
+    root: Path, arm: str, arms: list[str], fam: Family, summary: dict[str, Any]
+) -> dict[str, Any]:
+    """``summary`` as ``arm`` is trained once the arms before it are: an RL arm other than
+    :data:`REFERENCE_ARM` gets the reference's env steps (and :data:`STEP_CAP` times its GRPO
+    steps at most), the imitation arm the RL arms' mean env steps."""
+    if arm == BASE:
+        return summary
+    if arm == IMITATION:
+        return {**summary, "iterations": 0, "max_env_steps": _imitation_steps(root, arms)}
+    steps = _steps_of(root, arm, arms)
+    if steps is None:
+        return summary
+    return {**summary, "max_env_steps": steps, "iterations": fam.iterations * STEP_CAP}
+
+
 def _grpo_arm(
     target: Path,
     root: Path,
@@ -353,10 +369,8 @@ def _grpo_arm(
     """GRPO of RL ``arm`` from ``warm`` under its budget: :data:`REFERENCE_ARM` for
     ``Family.iterations`` steps, every other arm to the reference's env steps."""
     budget = summaries[arm]["budget"]
-    steps = _steps_of(root, arm, arms)
-    if steps is not None:
-        summaries[arm] = {**summaries[arm], "max_env_steps": steps}
-        summaries[arm]["iterations"] = fam.iterations * STEP_CAP
+    summaries[arm] = _arm_summary(root, arm, arms, fam, summaries[arm])
+    steps = summaries[arm].get("max_env_steps")
     logger.info("GRPO %s %s at T=%s into %s", arm, fam.name, budget, target)
     _train_into(
         target,
@@ -437,15 +451,15 @@ def train_stage_trl(
             policies.append(target)
             if progress is not None:
                 progress("train", done, total)
-            if _done(target):
+            if _done(target):  # trained in an earlier run: with the same settings?
+                summaries[arm] = _arm_summary(root, arm, spec.arms, fam, summaries[arm])
                 _check_same(target, summaries[arm])
             elif arm == BASE:
                 _check_same(warm, summaries["warm"])
                 _link_copy(warm, target)
             elif arm == IMITATION:
                 _check_same(warm, summaries["warm"])
-                summaries[arm] = {**summaries[arm], "iterations": 0}
-                summaries[arm]["max_env_steps"] = _imitation_steps(root, spec.arms)
+                summaries[arm] = _arm_summary(root, arm, spec.arms, fam, summaries[arm])
                 logger.info("imitation %s %s s%d", fam.name, vis, seed)
                 _imitate_into(
                     target,
@@ -523,8 +537,8 @@ def lm_cpu_spec() -> StudySpec:
     Budget hidden, training seeds 0-2. Per cell: :data:`LM_GRPO_STEPS` GRPO steps of
     :data:`GRPO_EPISODES` episodes for the reference arm, the other RL arms to its env steps,
     the imitation arm as many env steps of more SFT; 50 unseen tasks x 4 samples at the grid's
-    largest T with 2 single-step probe states on and off the oracle's path per task, 2 fault
-    samples per task with one fault at turn 2. No learning curve and no budget-visible cells
+    largest T with 2 single-step probe states on and off the oracle's path per task, 1 fault
+    sample per task with one fault at turn 2 (an episode at T=20 takes about 7 s of a core). No learning curve and no budget-visible cells
     (the GPU spec, ``--device cuda``, runs the full design). One ``--model`` is one family's
     base, so ToolUse level 1 is not in it (the small decoder wins none of its unseen tasks:
     docs/reference-results.md).
@@ -535,7 +549,7 @@ def lm_cpu_spec() -> StudySpec:
         curve_iterations=[],
         eval_tasks=50,
         eval_samples=4,
-        fault_samples=2,
+        fault_samples=1,
         fault_turns=[2],
         probe_states=2,
         seeds=None,
