@@ -538,8 +538,9 @@ def lm_cpu_spec() -> StudySpec:
     :data:`GRPO_EPISODES` episodes for the reference arm, the other RL arms to its env steps,
     the imitation arm as many env steps of more SFT; 50 unseen tasks x 4 samples at the grid's
     largest T with 2 single-step probe states on and off the oracle's path per task, 1 fault
-    sample per task with one fault at turn 2 (an episode at T=20 takes about 7 s of a core). No learning curve and no budget-visible cells
-    (the GPU spec, ``--device cuda``, runs the full design). One ``--model`` is one family's
+    sample per task with one fault at turn 2 (an episode at T=20 takes about 7 s of a core).
+    No learning curve and no budget-visible cells (the GPU spec, ``--device cuda``, runs the
+    full design). One ``--model`` is one family's
     base, so ToolUse level 1 is not in it (the small decoder wins none of its unseen tasks:
     docs/reference-results.md).
     """
