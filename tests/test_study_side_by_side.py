@@ -67,6 +67,19 @@ def test_agreeing_differing_and_incomparable_answers_are_said_so():
 def test_policy_classes_are_named_by_trainer_and_model():
     assert policy_class("rllib", "tiny") == "action scorer"
     assert policy_class("trl", "runs/sft") == "language model (runs/sft)"
+    assert policy_class("trl", None) == "language model"
+
+
+def test_a_base_record_names_the_model_it_fine_tuned(tmp_path):
+    """A study whose base-sft record fine-tuned a prepared model with LoRA is named by it."""
+    from budget_envs.study.folder import BASE_RECORD
+
+    (tmp_path / BASE_RECORD).mkdir()
+    record = {"trainer": "sft", "settings": {"model": "smollm2-135m", "lora": True}}
+    (tmp_path / BASE_RECORD / "budgetmix_policy.json").write_text(json.dumps(record))
+    named = policy_class("trl", "runs/x", tmp_path)
+    assert named == "language model (smollm2-135m with LoRA)"
+    assert policy_class("rllib", "runs/x", tmp_path) == "action scorer"
 
 
 def test_a_page_written_with_another_studys_verdicts_beside_its_own(tmp_path):
@@ -97,3 +110,21 @@ def test_a_page_written_with_another_studys_verdicts_beside_its_own(tmp_path):
     assert (here / "tables" / "side_by_side.csv").is_file()
     with pytest.raises(FileNotFoundError, match="no study.json"):
         write_study_report(spec, here, tmp_path / "p2.md", figures=False, compare_with=tmp_path)
+
+
+def test_the_language_model_page_names_its_own_design_record():
+    """docs/study-lm.md points at the language-model study's pre-registration and deviations,
+    never at the action scorer's (which only the pre-registration's own text cites), and shows
+    the pre-registration's sha256 as it is."""
+    from budget_envs.study.check import sha256_file
+
+    page = (ROOT / "docs" / "study-lm.md").read_text(encoding="utf-8")
+    folder = "study/lm/study"
+    assert (
+        f"As {folder}/PREREGISTRATION.md states them (its deviations: {folder}/DEVIATIONS.md)"
+        in page
+    )
+    others = page.split("### The pre-registration (")[0].replace(f"{folder}/", "")
+    assert "study/PREREGISTRATION.md" not in others and "study/DEVIATIONS.md" not in others
+    sha = sha256_file(ROOT / folder / "PREREGISTRATION.md")
+    assert f"({folder}/PREREGISTRATION.md, sha256 `{sha}`)" in page

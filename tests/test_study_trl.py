@@ -446,6 +446,24 @@ def test_the_imitation_control_spends_the_rl_arms_env_steps_on_more_sft(lm_study
     assert PolicyAgent(path=root / "base", greedy=True).player.temperature == 0.0
 
 
+def test_the_study_folder_keeps_the_sft_bases_record_and_names_the_model_by_it(lm_study):
+    """The base's SFT record (no weights) is copied into the study folder, the same bytes, and
+    the side-by-side table names the model by it, not by the path it was trained in."""
+    from budget_envs.study.folder import BASE_RECORD
+    from budget_envs.study.verdicts import policy_class
+
+    spec, out, _ = lm_study
+    kept = out / BASE_RECORD
+    for name in ("budgetmix_policy.json", "metrics.csv"):
+        assert (kept / name).read_bytes() == (Path(spec.model) / name).read_bytes(), name
+    assert not list(kept.glob("*.safetensors"))
+    parameters = json.loads((kept / "budgetmix_policy.json").read_text())["parameters"]
+    named = policy_class("trl", spec.model, out)
+    assert named == f"language model (small decoder, {parameters:,} parameters)"
+    assert spec.model not in named
+    assert policy_class("trl", spec.model, out.parent) == f"language model ({spec.model})"
+
+
 def test_a_finished_cell_runs_again_without_training(lm_study, monkeypatch):
     """A study killed after its arms were trained (in its eval stage) runs again: each finished
     arm is checked against the settings it was trained with (mix's env-step limit and step cap

@@ -7,6 +7,7 @@
     records/<family>__<visibility>__s<seed>.jsonl.gz the finished eval records (committed)
     compare/<family>__<visibility>__<arm>_vs_<base>/ ``budgetmix compare`` of an arm against a base
     tables/*.md, tables/*.csv                       the report's tables (same bytes on a re-run)
+    base-sft/                                       a TRL study's SFT base: its record, no weights
 
 Policies and eval run folders are checkpoints, not results: only ``records/`` and ``tables/``
 are meant to be committed.
@@ -47,6 +48,36 @@ def records_path(out: Path, fam: Family, vis: str, seed: int) -> Path:
 def compare_dir(out: Path, fam: Family, vis: str, arm: str, base: str) -> Path:
     """The ``compare`` outputs of ``arm`` (B) against ``base`` (A) in one family and visibility."""
     return out / "compare" / f"{fam.name}__{vis}__{arm}_vs_{base}"
+
+
+#: Where a TRL study keeps the record of the ``--trainer sft`` folder its base is (the folder's
+#: ``budgetmix_policy.json`` and ``metrics.csv``; the weights stay where they are).
+BASE_RECORD = "base-sft"
+
+
+def record_folder(out: Path) -> str:
+    """The study folder as the page names it: from the repository's root, as its readers run
+    the commands (``study`` for an absolute path, the RLlib study's default)."""
+    return "study" if out.is_absolute() else out.as_posix()
+
+
+def keep_base_record(model: str | None, out: Path) -> Path | None:
+    """Copy the record of an SFT folder ``model`` into ``out/base-sft/`` (nothing for a model
+    that is not one), so the study folder says which base its arms start from."""
+    import shutil
+
+    src = Path(model) if model else None
+    if src is None or not (src / "budgetmix_policy.json").is_file():
+        return None
+    record = json.loads((src / "budgetmix_policy.json").read_text(encoding="utf-8"))
+    if record.get("trainer") != "sft":
+        return None
+    dst = out / BASE_RECORD
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in ("budgetmix_policy.json", "metrics.csv"):
+        if (src / name).is_file():
+            shutil.copyfile(src / name, dst / name)
+    return dst
 
 
 def agent_name(arm: str, seed: int) -> str:

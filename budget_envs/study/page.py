@@ -15,7 +15,7 @@ from typing import Any
 from budget_envs.study.compute import compute_table
 from budget_envs.study.contrasts import ContrastResult, analyse
 from budget_envs.study.figures import draw_figures
-from budget_envs.study.folder import load_study_records
+from budget_envs.study.folder import load_study_records, record_folder
 from budget_envs.study.grid import crossed_differences, crossed_surfaces
 from budget_envs.study.spec import StudySpec
 from budget_envs.study.stats import step_recovery
@@ -82,8 +82,8 @@ def write_study_report(
     steps = step_recovery(spec, records)
     sections = [
         answer_table(analysis),
-        *_side_by_side(spec, analysis, compare_with),
-        contrast_table(analysis),
+        *_side_by_side(spec, out, analysis, compare_with),
+        contrast_table(analysis, record_folder(out)),
         power_table(analysis),
         headline_table(analysis),
         stop_table(spec, analysis),
@@ -119,7 +119,9 @@ def write_study_report(
     return StudyReport(markdown=text, tables=tables, figures=figs, contrasts=analysis.contrasts)
 
 
-def _side_by_side(spec: StudySpec, analysis: Any, other: str | os.PathLike | None) -> list[Any]:
+def _side_by_side(
+    spec: StudySpec, out: Path, analysis: Any, other: str | os.PathLike | None
+) -> list[Any]:
     """The side-by-side table against the study in folder ``other`` (none without one)."""
     import json
 
@@ -130,7 +132,10 @@ def _side_by_side(spec: StudySpec, analysis: Any, other: str | os.PathLike | Non
         raise FileNotFoundError(f"{other} holds no study (no study.json) to compare with")
     their = StudySpec.from_json(json.loads(saved.read_text(encoding="utf-8")))
     theirs = analyse(their, load_study_records(other))
-    names = (policy_class(their.trainer, their.model), policy_class(spec.trainer, spec.model))
+    names = (
+        policy_class(their.trainer, their.model, Path(other)),
+        policy_class(spec.trainer, spec.model, out),
+    )
     if names[0] == names[1]:
         names = (f"{names[0]} in {Path(other).name}", f"{names[1]} here")
     return [side_by_side_table(theirs, analysis, names)]

@@ -314,7 +314,7 @@ def contrast_sentence(r: ContrastResult, binding: Binding | None = None) -> str:
     return f"{head}: {r.verdict}: {interval}."
 
 
-def contrast_table(analysis: Analysis) -> Table:
+def contrast_table(analysis: Analysis, folder: str = "study") -> Table:
     """The four pre-registered contrasts per family: estimate, Holm interval, adjusted p,
     verdict; then one sentence per contrast and the budget-binding check."""
     definitions = [f"* **{c.name}** ({c.text}): {c.how}, predicted > 0." for c in CONTRASTS]
@@ -364,7 +364,7 @@ def contrast_table(analysis: Analysis) -> Table:
         [
             "### Pre-registered contrasts",
             "",
-            "As study/PREREGISTRATION.md states them (its deviations: study/DEVIATIONS.md); RL "
+            f"As {folder}/PREREGISTRATION.md states them (its deviations: {folder}/DEVIATIONS.md); RL "
             "is the fixed_generous arm, base the imitation checkpoint every arm starts from; "
             "budget hidden unless the row says visible, Pass@1 within T (budget hidden: from "
             "the run at the grid's largest T; visible: from the run at T):",

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from budget_envs.study.folder import policy_root, records_path, warm_root
+from budget_envs.study.folder import keep_base_record, policy_root, records_path, warm_root
 from budget_envs.study.provenance import write_train_record
 from budget_envs.study.spec import (
     BASE,
@@ -404,7 +404,9 @@ def train_stage_trl(
     * ``warm/``: with ``spec.model == "tiny"`` the offline tiny model, warm-started on the
       family's oracle episodes at the generous T (:func:`trl_train_options`); with a Hub model
       name or path, that model as it is (no warm start, so ``base`` measures the model itself).
-    * ``base``: ``warm/`` as it is (files hard-linked).
+    * ``base``: ``warm/`` as it is (files hard-linked); when ``spec.model`` is a ``--trainer
+      sft`` folder, its record goes to ``out/base-sft/``
+      (:func:`~budget_envs.study.folder.keep_base_record`).
     * every RL arm: ``Family.iterations`` GRPO steps from ``warm/`` under the arm's budget
       (:func:`~budget_envs.study.spec.arm_budget`), ``process`` with the ProcessReward signal
       at ``Family.process_reward`` and ``max_cost`` ``Family.process_max_cost`` (default the
@@ -427,6 +429,8 @@ def train_stage_trl(
     total = len(jobs) * len(spec.arms)
     done = 0
     policies = []
+    if jobs:
+        keep_base_record(spec.model, out)
     for fam, vis, seed in jobs:
         root = policy_root(out, fam, vis, seed)
         warm = warm_root(out, fam, vis, seed)

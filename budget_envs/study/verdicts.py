@@ -7,10 +7,12 @@ number the records do not give.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from budget_envs.study.contrasts import ALPHA, CONTRASTS, POWER
+from budget_envs.study.folder import BASE_RECORD, record_folder
 from budget_envs.study.results import Analysis, Binding, ContrastResult
 from budget_envs.study.tables import (
     Table,
@@ -193,8 +195,7 @@ def design_record_table(out: Path) -> Table:
     from budget_envs.study.check import DEVIATIONS, PREREGISTRATION, sha256_file
 
     pre, dev = out / PREREGISTRATION, out / DEVIATIONS
-    # named from the repository's root as the page's readers run the commands
-    folder = "study" if out.is_absolute() else out.as_posix()
+    folder = record_folder(out)
     md: list[str] = []
     rows = [[p.name, sha256_file(p)] for p in (pre, dev) if p.exists()]
     if pre.exists():
@@ -214,12 +215,26 @@ def design_record_table(out: Path) -> Table:
     return Table("design_record.csv", ["file", "sha256"], rows, md)
 
 
-def policy_class(spec_trainer: str, model: str | None) -> str:
+def policy_class(spec_trainer: str, model: str | None, out: Path | None = None) -> str:
     """What a study's policies are, for the side-by-side table: the RLlib study's action
-    scorer, or a language model (named by its ``--model``)."""
+    scorer, or a language model, named by the base record in ``out/base-sft/`` (a small
+    decoder from scratch and its size, or the model it fine-tuned) or else by its ``--model``."""
     if spec_trainer == "rllib":
         return "action scorer"
-    return f"language model ({model})" if model else "language model"
+    named = _base_name(out / BASE_RECORD / "budgetmix_policy.json") if out is not None else None
+    named = named or model
+    return f"language model ({named})" if named else "language model"
+
+
+def _base_name(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text(encoding="utf-8"))
+    settings = record.get("settings") or {}
+    if settings.get("model") == "scratch":
+        return f"small decoder, {record['parameters']:,} parameters"
+    lora = " with LoRA" if settings.get("lora") else ""
+    return f"{settings.get('model')}{lora}" if settings.get("model") else None
 
 
 def _cell(r: ContrastResult | None, bindings: dict[str, Binding]) -> str:
