@@ -39,8 +39,11 @@ demo: setup
 
 # Everything that fits the CI time budget, `slow` tests included (pyproject's addopts leave out
 # the `soak` tier).
+# Two pytest-xdist workers, one test file each at a time (a file's module fixtures are built
+# once); TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 test: setup system-deps
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # verifiers 0.4.0 pins mcp==2.0.0, which conflicts with our openenv extra: it gets a venv of its
 # own, used only by tests/test_verifiers.py (against `budgetmix serve` from $(VENV)).

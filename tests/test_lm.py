@@ -135,9 +135,10 @@ def test_smollm2_plays_one_task_of_every_family_and_replays_it(folder, tmp_path,
 
 def test_sampled_batched_episodes_repeat_with_their_seed(folder, tmp_path):
     spec = f"smol=lm:model={MODEL},temperature=0.9,max_tokens=12,concurrency=4"
-    first = _eval(tmp_path / "a", "BudgetMix/ToolUse-v0", "ToolUse", spec, tasks=2, samples=2)
-    again = _eval(tmp_path / "b", "BudgetMix/ToolUse-v0", "ToolUse", spec, tasks=2, samples=2)
-    assert len(first) == 4
+    # two samples of one task live at once: one batch, each episode sampling with its own seed
+    first = _eval(tmp_path / "a", "BudgetMix/ToolUse-v0", "ToolUse", spec, samples=2)
+    again = _eval(tmp_path / "b", "BudgetMix/ToolUse-v0", "ToolUse", spec, samples=2)
+    assert len(first) == 2
     assert [r["actions"] for r in first] == [r["actions"] for r in again]
     replies = [t["reply"] for r in first for t in r["agent_turns"]]
     assert len(set(replies)) > 1  # sampling, not one fixed reply
