@@ -87,7 +87,9 @@ def compute_table(spec: StudySpec, out: Path, records: Sequence[dict[str, Any]])
         "Training: the wall time of each arm's training summed over the cell's arms (one "
         "process). Evaluation: the wall time of every episode and probe record summed (process "
         f"minutes). A cell on the clock: training plus evaluation over {EVAL_WORKERS} processes "
-        "(`--workers 2`), on this machine's 2 cores.",
+        "(`--workers 2`), on this machine's 2 cores. Wall times: a cell that ran beside other "
+        "work on the same cores shows more minutes than it needs alone, so the least row is the "
+        "nearest to a cell's own cost.",
         "",
         *md_table(
             [
