@@ -20,6 +20,7 @@ from budget_envs.study.spec import arm_budget
 from budget_envs.study.trl_stage import TRAIN_FILE, train_stage_trl, trl_quick_spec
 
 VIS, SEED = "hidden", 0
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -298,7 +299,7 @@ def test_a_trl_study_from_an_sft_folder_runs_the_single_step_probes(tmp_path):
     from dataclasses import replace
 
     from budget_envs.integrations.trainers import study_probes
-    from budget_envs.study.check import _expected
+    from budget_envs.study.check import _expected, _takes_probes
     from budget_envs.study.stages import eval_plans
 
     sft = tmp_path / "sft"
@@ -312,8 +313,34 @@ def test_a_trl_study_from_an_sft_folder_runs_the_single_step_probes(tmp_path):
         assert fam.probe_states == 1
         plan = eval_plans(spec, tmp_path / "study", fam, VIS, SEED)["episodes"]
         assert plan.probe_states == plan.offpath_probe_states == probes
-        expected = _expected(spec, fam, VIS, "base@s0")
+        expected = _expected(spec, fam, VIS, "base@s0", _takes_probes(spec, tmp_path / "study"))
         assert expected["probes"] == expected["off-path probes"] == fam.eval_tasks * probes
+
+
+def test_the_check_expects_probes_from_the_kept_base_record_where_the_base_is_gone(tmp_path):
+    """A fresh clone has the study folder but not the SFT folder its base came from: the check
+    reads the base's kept record (base-sft/) and finds the committed language-model cell as
+    designed, probes included; without that record it would expect none."""
+    from dataclasses import replace
+
+    from budget_envs.study.check import _takes_probes, check_study
+    from budget_envs.study.folder import BASE_RECORD
+    from budget_envs.study.spec import StudySpec
+
+    out = ROOT / "study" / "lm" / "study"
+    spec = StudySpec.from_json(json.loads((out / "study.json").read_text()))
+    spec = replace(spec, model=str(tmp_path / "not-here"))
+    assert _takes_probes(spec, out) and not _takes_probes(spec, tmp_path)
+    report = check_study(spec, out, unseen=False)
+    assert report.problems == [] and report.deviations == []
+    assert any(p.startswith("alfworld__hidden__s0: sizes, paired") for p in report.passed)
+    shutil.copytree(out / "records", tmp_path / "records")
+    (tmp_path / BASE_RECORD).mkdir()
+    record = {"trainer": "rllib"}  # not an SFT base: no probes expected, so the sizes differ
+    (tmp_path / BASE_RECORD / "budgetmix_policy.json").write_text(json.dumps(record))
+    assert not _takes_probes(spec, tmp_path)
+    shown = check_study(spec, tmp_path, unseen=False).problems
+    assert any("probes 100 (spec 0)" in p for p in shown), shown
 
 
 def test_every_trl_policy_has_a_train_record_a_reader_can_check(toy):

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from budget_envs.integrations.trainers import study_probes
-from budget_envs.study.folder import load_study_records, records_path
+from budget_envs.study.folder import BASE_RECORD, load_study_records, records_path
 from budget_envs.study.provenance import TRAIN_FILE, record_dir
 from budget_envs.study.spec import BASE, IMITATION, RANDOM, Family, StudySpec
 from budget_envs.study.trl_stage import GRPO_EPISODES
@@ -90,12 +90,24 @@ def _preregistration(out: Path, rep: CheckReport) -> None:
         rep.passed.append(f"{DEVIATIONS} names {PREREGISTRATION}'s sha256 {digest[:12]}...")
 
 
-def _expected(spec: StudySpec, fam: Family, vis: str, agent: str) -> dict[str, int]:
+def _takes_probes(spec: StudySpec, out: Path) -> bool:
+    """Whether the study's policies took single-step probes: as its eval stage decided from
+    ``spec.model``, or, where that folder is not on this machine (a fresh clone), from the SFT
+    record the study kept of its base (``out/base-sft/``)."""
+    if study_probes(spec.trainer, spec.model):
+        return True
+    record = out / BASE_RECORD / "budgetmix_policy.json"
+    if spec.trainer != "trl" or not record.is_file():
+        return False
+    return json.loads(record.read_text(encoding="utf-8")).get("trainer") == "sft"
+
+
+def _expected(spec: StudySpec, fam: Family, vis: str, agent: str, probed: bool) -> dict[str, int]:
     """How many records of each kind ``agent`` has in a cell of ``fam`` and ``vis``."""
     if vis != "hidden":
         return {"episodes": fam.eval_tasks * fam.visible_samples * len(fam.eval_budgets)}
     faults = fam.eval_tasks * fam.fault_samples * len(fam.fault_turns)
-    probes = fam.probe_states if study_probes(spec.trainer, spec.model) else 0
+    probes = fam.probe_states if probed else 0
     return {
         "episodes": fam.eval_tasks * fam.eval_samples,
         "faults": faults if agent in spec.arms else 0,
@@ -115,7 +127,13 @@ def _counts(records: Sequence[Mapping[str, Any]]) -> Counter:
 
 
 def _sizes_and_pairing(
-    spec: StudySpec, fam: Family, vis: str, cell: list[dict], say: Any, say_pairing: Any
+    spec: StudySpec,
+    fam: Family,
+    vis: str,
+    cell: list[dict],
+    probed: bool,
+    say: Any,
+    say_pairing: Any,
 ) -> None:
     agents = [*spec.arms, RANDOM]
     by_agent = {a: [r for r in cell if r["agent"] == a] for a in agents}
@@ -126,7 +144,7 @@ def _sizes_and_pairing(
     for agent, rs in by_agent.items():
         if not rs:
             continue
-        got, want = _counts(rs), _expected(spec, fam, vis, agent)
+        got, want = _counts(rs), _expected(spec, fam, vis, agent, probed)
         wrong = {k: (got.get(k, 0), n) for k, n in want.items() if got.get(k, 0) != n}
         if wrong:
             text = ", ".join(f"{k} {g} (spec {n})" for k, (g, n) in wrong.items())
@@ -209,6 +227,7 @@ def check_study(spec: StudySpec, out: str | Path, *, unseen: bool = True) -> Che
     _preregistration(out, rep)
     listed = listed_cells(out)
     records = load_study_records(out) if (out / "records").is_dir() else []
+    probed = _takes_probes(spec, out)
     cache: dict = {}
     for fam in spec.families:
         for vis in spec.visibilities:
@@ -227,7 +246,7 @@ def check_study(spec: StudySpec, out: str | Path, *, unseen: bool = True) -> Che
                     k: [] for k in ("sizes", "pairing", "unseen", "training")
                 }
                 _sizes_and_pairing(
-                    spec, fam, vis, cell, found["sizes"].append, found["pairing"].append
+                    spec, fam, vis, cell, probed, found["sizes"].append, found["pairing"].append
                 )
                 tasks = _unseen(fam, cell, cache, found["unseen"].append) if unseen else 0
                 _training(spec, out, fam, vis, seed, found["training"].append)
