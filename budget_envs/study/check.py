@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from budget_envs.integrations.trainers import study_probes
-from budget_envs.study.folder import BASE_RECORD, load_study_records, records_path
+from budget_envs.study.folder import base_record, load_study_records, records_path
 from budget_envs.study.provenance import TRAIN_FILE, record_dir
 from budget_envs.study.spec import BASE, IMITATION, RANDOM, Family, StudySpec
 from budget_envs.study.trl_stage import GRPO_EPISODES
@@ -96,10 +96,7 @@ def _takes_probes(spec: StudySpec, out: Path) -> bool:
     record the study kept of its base (``out/base-sft/``)."""
     if study_probes(spec.trainer, spec.model):
         return True
-    record = out / BASE_RECORD / "budgetmix_policy.json"
-    if spec.trainer != "trl" or not record.is_file():
-        return False
-    return json.loads(record.read_text(encoding="utf-8")).get("trainer") == "sft"
+    return spec.trainer == "trl" and base_record(out) is not None
 
 
 def _expected(spec: StudySpec, fam: Family, vis: str, agent: str, probed: bool) -> dict[str, int]:

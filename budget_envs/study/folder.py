@@ -80,6 +80,16 @@ def keep_base_record(model: str | None, out: Path) -> Path | None:
     return dst
 
 
+def base_record(out: Path) -> dict[str, Any] | None:
+    """The SFT record a study kept of its base (``out/base-sft/budgetmix_policy.json``), or
+    None when the folder has none."""
+    path = out / BASE_RECORD / "budgetmix_policy.json"
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text(encoding="utf-8"))
+    return record if record.get("trainer") == "sft" else None
+
+
 def agent_name(arm: str, seed: int) -> str:
     """An arm's agent name in the eval records (:func:`load_study_records` drops the seed)."""
     return f"{arm}@s{seed}"

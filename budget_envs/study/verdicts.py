@@ -7,12 +7,11 @@ number the records do not give.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from budget_envs.study.contrasts import ALPHA, CONTRASTS, POWER
-from budget_envs.study.folder import BASE_RECORD, record_folder
+from budget_envs.study.folder import base_record, record_folder
 from budget_envs.study.results import Analysis, Binding, ContrastResult
 from budget_envs.study.tables import (
     Table,
@@ -221,15 +220,14 @@ def policy_class(spec_trainer: str, model: str | None, out: Path | None = None) 
     decoder from scratch and its size, or the model it fine-tuned) or else by its ``--model``."""
     if spec_trainer == "rllib":
         return "action scorer"
-    named = _base_name(out / BASE_RECORD / "budgetmix_policy.json") if out is not None else None
+    named = _base_name(base_record(out)) if out is not None else None
     named = named or model
     return f"language model ({named})" if named else "language model"
 
 
-def _base_name(path: Path) -> str | None:
-    if not path.is_file():
+def _base_name(record: dict[str, Any] | None) -> str | None:
+    if record is None:
         return None
-    record = json.loads(path.read_text(encoding="utf-8"))
     settings = record.get("settings") or {}
     if settings.get("model") == "scratch":
         return f"small decoder, {record['parameters']:,} parameters"
