@@ -253,7 +253,6 @@ def train(
     meta["settings"]["num_env_runners"] = runners
     threads_before = _set_torch_threads(cfg.torch_threads)
     start = time.perf_counter()
-    offset = rows[-1]["wall_s"] if rows else 0.0
     env_config["max_actions"] = features["max_actions"] = max(
         int(features["max_actions"]), cfg.max_actions
     )
@@ -317,7 +316,11 @@ def train(
                 )
                 algo.save_to_path(str(ckpt.resolve()))
             save_module(algo, out, meta, meta_path)  # writes policy.json too
-            done = len(rows)
+            # A run killed between checkpoints wrote rows past the one it restored from: those
+            # iterations are trained again, so their rows go (the checkpoint knows its iteration).
+            done = int(algo.iteration or 0) if cfg.resume else 0
+            rows = rows[:done]
+            offset = rows[-1]["wall_s"] if rows else 0.0
             it = done + 1
             while it <= iterations:
                 try:
