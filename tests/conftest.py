@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 # No test reaches the Hugging Face Hub: models come from the package index, prepared once.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -26,3 +28,18 @@ _CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile("dev", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if _CI else "dev"))
+
+
+@pytest.fixture(scope="module")
+def ray_running():
+    """A local Ray of 2 CPUs for one test module (``train`` reuses a running one), shut down
+    after the module."""
+    import ray
+
+    from budget_envs.integrations.rllib.training import start_local_ray
+
+    start_local_ray(2)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()

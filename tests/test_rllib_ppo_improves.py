@@ -22,7 +22,7 @@ import pytest
 
 from budget_envs.eval.report import compare_runs
 from budget_envs.eval.runner import load_records
-from budget_envs.integrations.rllib.training import read_metrics, start_local_ray, train
+from budget_envs.integrations.rllib.training import read_metrics, train
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_ID = "BudgetMix/ToolUse-v0"
@@ -30,17 +30,6 @@ KWARGS = {"level": 1, "tasks_per_level": 20}
 BUDGET = 12
 TASKS, SAMPLES = 20, 8
 ITERATIONS = 16
-
-
-@pytest.fixture(scope="module")
-def ray_running():
-    import ray
-
-    start_local_ray(2)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from budget_envs.integrations.rllib.training import read_metrics, start_local_ray, train
+from budget_envs.integrations.rllib.training import read_metrics, train
 
 TOOLUSE = "BudgetMix/ToolUse-v0"
 BATCH = 128
@@ -17,17 +17,6 @@ BATCH = 128
 
 class Killed(Exception):
     """Stands for the signal that ends a training process."""
-
-
-@pytest.fixture(scope="module")
-def ray_running():
-    import ray
-
-    start_local_ray(2)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
 
 
 def _train(out, iterations, **kwargs):
