@@ -341,6 +341,14 @@ def test_report_stage_on_known_records(tmp_path):
     assert rows["C1"].verdict == "supported" and rows["C1"].estimate == pytest.approx(1.0)
     assert rows["C1"].low == pytest.approx(1.0) and rows["C1"].high == pytest.approx(1.0)
     assert rows["C3a"].verdict == rows["C3b"].verdict == "not run"
+    # the page's row gives the seeds the contrast rests on (one cell here); a row not run, none
+    cells = {
+        ln.split("|")[1].strip(): ln.split("|")[2:-1]
+        for ln in page.splitlines()
+        if ln.startswith("| C")
+    }
+    assert [c.strip() for c in cells["C1"][4:]] == ["1", "supported"]
+    assert cells["C3a"][4].strip() == "-"
     contrasts = (out / "tables" / "contrasts.csv").read_text()
     assert "tooluse,C1,supported,1.000000,1.000000,1.000000" in contrasts
     # the headline: fixed_generous - base at the generous T (6) and the grid's largest T (8)

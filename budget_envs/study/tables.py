@@ -318,7 +318,7 @@ def contrast_table(analysis: Analysis, folder: str = "study") -> Table:
     """The four pre-registered contrasts per family: estimate, Holm interval, adjusted p,
     verdict; then one sentence per contrast and the budget-binding check."""
     definitions = [f"* **{c.name}** ({c.text}): {c.how}, predicted > 0." for c in CONTRASTS]
-    header = ["contrast", "estimate [Holm interval]", "level", "p", "Holm p", "verdict"]
+    header = ["contrast", "estimate [Holm interval]", "level", "p", "Holm p", "seeds", "verdict"]
     md: list[str] = []
     rows: list[list[Any]] = []
     bindings = {b.family: b for b in analysis.bindings}
@@ -334,6 +334,7 @@ def contrast_table(analysis: Analysis, folder: str = "study") -> Table:
                     _pct(r.level) if r.level is not None else "-",
                     f"{r.p:.4f}" if r.p is not None else "-",
                     f"{r.p_holm:.4f}" if r.p_holm is not None else "-",
+                    str(r.seeds) if ran else "-",
                     r.verdict if ran else f"not run ({r.note})",
                 ]
             )
